@@ -1,0 +1,193 @@
+"""Built-in toy translation tasks.
+
+Every task is a random generator of (source, target) string pairs.  Generating
+from a seed makes experiments reproducible without shipping data files, and
+drawing the splits from one pool of distinct sources guarantees that the test
+set measures generalisation: no test source ever appears in training.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from models import grammar
+
+Pair = tuple[str, str]
+Sampler = Callable[[random.Random], Pair]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    description: str  # one line, shown by the `tasks` CLI command
+    src_level: str  # tokenisation level of the source: "char" or "word"
+    tgt_level: str  # tokenisation level of the target
+    sample: Sampler  # draws one pair using the given random generator
+
+    def example(self) -> Pair:
+        """A representative pair; the same on every call."""
+        return self.sample(random.Random(0))
+
+    def make_splits(self, seed: int, n_train: int, n_valid: int, n_test: int) -> dict[str, list[Pair]]:
+        """Draw train/valid/test pairs that are mutually disjoint by source.
+
+        The pool of distinct pairs is shuffled before it is cut.  Without the
+        shuffle, whichever split is filled first would collect all the
+        "small" cases (e.g. every one-digit number, which turn up within the
+        first few dozen draws) and the other splits would never see them.
+        """
+        for split, n in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
+            if n < 0:
+                raise ValueError(f"{split} must be >= 0, got {n}")
+        rng = random.Random(seed)
+        pairs = _draw_distinct(self, rng, n_train + n_valid + n_test)
+        rng.shuffle(pairs)
+        return {
+            "train": pairs[:n_train],
+            "valid": pairs[n_train:n_train + n_valid],
+            "test": pairs[n_train + n_valid:],
+        }
+
+
+def _draw_distinct(task: Task, rng: random.Random, count: int) -> list[Pair]:
+    """Sample until `count` different sources have been seen (first target wins)."""
+    by_source: dict[str, str] = {}
+    max_draws = 20 * count + 1000  # generous; only hit when the task is too small
+    for _ in range(max_draws):
+        if len(by_source) == count:
+            break
+        source, target = task.sample(rng)
+        by_source.setdefault(source, target)
+    if len(by_source) < count:
+        raise ValueError(f"task {task.name!r} produced only {len(by_source)} distinct "
+                         f"sources in {max_draws} draws, but {count} were requested")
+    return list(by_source.items())
+
+
+# --- copy / reverse / sort -------------------------------------------------
+
+SYMBOLS = "abcdefghijklmnop"
+MIN_SYMBOLS, MAX_SYMBOLS = 3, 10
+
+
+def _symbol_sampler(transform: Callable[[str], str]) -> Sampler:
+    """Pairs of (random letter string, transform(string))."""
+    def sample(rng: random.Random) -> Pair:
+        length = rng.randint(MIN_SYMBOLS, MAX_SYMBOLS)
+        source = "".join(rng.choice(SYMBOLS) for _ in range(length))
+        return source, transform(source)
+    return sample
+
+
+# --- numbers ---------------------------------------------------------------
+
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+         "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+         "seventeen", "eighteen", "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def _below_thousand(n: int) -> list[str]:
+    """Words for 1..999 ("zero" is only ever said for the whole number)."""
+    hundreds, rest = divmod(n, 100)
+    words = [_ONES[hundreds], "hundred"] if hundreds else []
+    if 0 < rest < 20:
+        words.append(_ONES[rest])
+    elif rest >= 20:
+        words.append(_TENS[rest // 10])
+        if rest % 10:
+            words.append(_ONES[rest % 10])
+    return words
+
+
+def number_to_words(n: int) -> str:
+    """English words for 0 <= n < 1,000,000: no hyphens and no "and"."""
+    if not 0 <= n < 1_000_000:
+        raise ValueError(f"number_to_words handles 0..999999, got {n}")
+    if n == 0:
+        return "zero"
+    thousands, rest = divmod(n, 1000)
+    words = _below_thousand(thousands) + ["thousand"] if thousands else []
+    return " ".join(words + _below_thousand(rest))
+
+
+def _sample_number(rng: random.Random) -> Pair:
+    """Pick the digit count first, so 7 is as likely a magnitude as 700005."""
+    digits = rng.randint(1, 6)
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    n = rng.randint(low, 10 ** digits - 1)
+    return str(n), number_to_words(n)
+
+
+# --- dates -----------------------------------------------------------------
+
+# Spelled out rather than taken from `calendar`, whose names follow the locale.
+MONTHS = ["January", "February", "March", "April", "May", "June", "July",
+          "August", "September", "October", "November", "December"]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+FIRST_DATE, LAST_DATE = datetime.date(1950, 1, 1), datetime.date(2049, 12, 31)
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, ... 21st, 22nd, 23rd."""
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _month(d: datetime.date) -> str:
+    return MONTHS[d.month - 1]
+
+
+def _weekday(d: datetime.date) -> str:
+    return WEEKDAYS[d.weekday()]
+
+
+# Numeric formats are US month/day.  Two-digit years are unambiguous because
+# the years span exactly one century: 50-99 mean 19xx and 00-49 mean 20xx.
+DATE_FORMATS: dict[str, Callable[[datetime.date], str]] = {          # 1999-03-03 becomes
+    "ordinal_of": lambda d: f"{ordinal(d.day)} of {_month(d)} {d.year}",    # 3rd of March 1999
+    "month_ordinal": lambda d: f"{_month(d)} {ordinal(d.day)}, {d.year}",   # March 3rd, 1999
+    "day_month": lambda d: f"{d.day} {_month(d)} {d.year}",                 # 3 March 1999
+    "month_day": lambda d: f"{_month(d)} {d.day} {d.year}",                 # March 3 1999
+    "abbrev_comma": lambda d: f"{_month(d)[:3]} {d.day}, {d.year}",         # Mar 3, 1999
+    "weekday": lambda d: f"{_weekday(d)}, {_month(d)} {d.day}, {d.year}",   # Wednesday, March 3, 1999
+    "dash_abbrev": lambda d: f"{d.day}-{_month(d)[:3]}-{d.year}",           # 3-Mar-1999
+    "us_numeric": lambda d: f"{d.month:02d}/{d.day:02d}/{d.year}",          # 03/03/1999
+    "us_short": lambda d: f"{d.month:02d}/{d.day:02d}/{d.year % 100:02d}",  # 03/03/99
+    "dotted": lambda d: f"{d.year}.{d.month:02d}.{d.day:02d}",              # 1999.03.03
+}
+
+
+def _sample_date(rng: random.Random) -> Pair:
+    day = FIRST_DATE + datetime.timedelta(days=rng.randint(0, (LAST_DATE - FIRST_DATE).days))
+    fmt = rng.choice(list(DATE_FORMATS.values()))
+    return fmt(day), day.isoformat()
+
+
+# --- registry --------------------------------------------------------------
+
+TASKS: dict[str, Task] = {task.name: task for task in [
+    Task("copy", "copy a string of 3-10 letters a-p", "char", "char",
+         _symbol_sampler(lambda s: s)),
+    Task("reverse", "reverse a string of 3-10 letters a-p", "char", "char",
+         _symbol_sampler(lambda s: s[::-1])),
+    Task("sort", "sort the letters of a string of 3-10 letters a-p", "char", "char",
+         _symbol_sampler(lambda s: "".join(sorted(s)))),
+    Task("numbers", "integers 0-999999 in digits -> English words "
+         "(4213 -> four thousand two hundred thirteen)", "char", "word", _sample_number),
+    Task("dates", f"dates 1950-2049 in {len(DATE_FORMATS)} formats (numeric ones US M/D, "
+         "YY 50-99=19YY, 00-49=20YY) -> ISO YYYY-MM-DD", "char", "char", _sample_date),
+    Task("grammar", "simple English sentences -> French (gender, number, adjective placement)",
+         "word", "word", grammar.sample_pair),
+]}
+
+
+def get_task(name: str) -> Task:
+    """Look a task up by name, listing the known names when it is missing."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}") from None

@@ -1,0 +1,227 @@
+import json
+
+import numpy as np
+import pytest
+
+from models import data
+from models.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataError, Vocab
+
+
+# --- tokens and vocabulary -----------------------------------------------------
+
+def test_special_ids():
+    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    assert data.SPECIALS == ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+def test_tokenize_and_detokenize():
+    assert data.tokenize("ab c", "char") == ["a", "b", " ", "c"]
+    assert data.tokenize(" le  chat ", "word") == ["le", "chat"]
+    assert data.detokenize(["a", "b", " ", "c"], "char") == "ab c"
+    assert data.detokenize(["le", "chat"], "word") == "le chat"
+    with pytest.raises(ValueError, match="bytes"):
+        data.tokenize("x", "bytes")
+
+
+def test_vocab_build_orders_by_frequency_then_token():
+    vocab = Vocab.build([["b", "a", "c"], ["c", "a"], ["c", "d"]])
+    assert vocab.tokens == ["<pad>", "<bos>", "<eos>", "<unk>", "c", "a", "b", "d"]
+    assert len(vocab) == 8
+    assert Vocab.build([["b", "a", "c"], ["c", "a"]], min_freq=2).tokens[4:] == ["a", "c"]
+
+
+def test_vocab_encode_decode_round_trip():
+    vocab = Vocab.build([list("hello world")])
+    tokens = list("low rod")
+    ids = vocab.encode(tokens, add_bos=True, add_eos=True)
+    assert ids[0] == BOS_ID and ids[-1] == EOS_ID and len(ids) == len(tokens) + 2
+    assert vocab.decode(ids) == tokens
+    assert vocab.decode(np.array(ids + [PAD_ID, PAD_ID])) == tokens
+
+
+def test_vocab_unknown_tokens_and_decode_rules():
+    vocab = Vocab.build([["le", "chat"]])
+    assert vocab.encode(["le", "chien"]) == [vocab.ids["le"], UNK_ID]
+    assert vocab.decode([UNK_ID]) == ["<unk>"]
+    chat, le = vocab.ids["chat"], vocab.ids["le"]
+    assert vocab.decode([BOS_ID, le, PAD_ID, chat, EOS_ID, le, le]) == ["le", "chat"]
+
+
+def test_vocab_dict_round_trip_through_json():
+    vocab = Vocab.build([list("abcab")])
+    again = Vocab.from_dict(json.loads(json.dumps(vocab.to_dict())))
+    assert again.tokens == vocab.tokens
+    assert again.encode(list("cab")) == vocab.encode(list("cab"))
+
+
+def test_vocab_rejects_missing_specials():
+    with pytest.raises(ValueError, match="must start with"):
+        Vocab(["a", "b"])
+
+
+# --- read_tsv ------------------------------------------------------------------
+
+def write(tmp_path, content: bytes):
+    path = tmp_path / "corpus.tsv"
+    path.write_bytes(content)
+    return path
+
+
+def test_read_tsv_reads_pairs_and_skips_blank_lines(tmp_path):
+    path = write(tmp_path, "\ufeffthe cat\tle chat\r\n\n  \nhé\tho  \n".encode())
+    assert data.read_tsv(path) == [("the cat", "le chat"), ("hé", "ho")]
+
+
+def test_read_tsv_missing_file_names_the_path(tmp_path):
+    with pytest.raises(DataError, match="nothere.tsv"):
+        data.read_tsv(tmp_path / "nothere.tsv")
+
+
+def test_read_tsv_line_without_tab_names_line_and_shows_it(tmp_path):
+    path = write(tmp_path, b"a\tb\n\nno tab here\n")
+    with pytest.raises(DataError, match=r"line 3.*no tab.*'no tab here'") as err:
+        data.read_tsv(path)
+    assert str(path) in str(err.value)
+
+
+def test_read_tsv_truncates_long_lines_in_messages(tmp_path):
+    with pytest.raises(DataError) as err:
+        data.read_tsv(write(tmp_path, b"x" * 500))
+    assert "x" * 100 not in str(err.value) and "..." in str(err.value)
+
+
+def test_read_tsv_two_tabs_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="line 1.*2 tabs"):
+        data.read_tsv(write(tmp_path, b"a\tb\tc\n"))
+
+
+@pytest.mark.parametrize("line, side", [(b"\tle chat", "source"), (b"the cat\t  ", "target")])
+def test_read_tsv_empty_side(tmp_path, line, side):
+    with pytest.raises(DataError, match=f"line 2: empty {side}"):
+        data.read_tsv(write(tmp_path, b"a\tb\n" + line + b"\n"))
+
+
+def test_read_tsv_bad_utf8_names_the_line(tmp_path):
+    with pytest.raises(DataError, match="line 3: not valid UTF-8"):
+        data.read_tsv(write(tmp_path, b"a\tb\nc\td\ne\t\xff\xfe\n"))
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n\n"])
+def test_read_tsv_empty_corpus(tmp_path, content):
+    with pytest.raises(DataError, match="empty"):
+        data.read_tsv(write(tmp_path, content))
+
+
+# --- split_pairs ---------------------------------------------------------------
+
+PAIRS = [(f"src{i}", f"tgt{i}") for i in range(100)]
+
+
+def test_split_is_deterministic_disjoint_and_complete():
+    splits = data.split_pairs(PAIRS, seed=0)
+    assert splits == data.split_pairs(PAIRS, seed=0)
+    assert splits != data.split_pairs(PAIRS, seed=1)
+    assert [len(splits[k]) for k in ("train", "valid", "test")] == [80, 10, 10]
+    assert sorted(sum(splits.values(), [])) == sorted(PAIRS)
+
+
+def test_split_deduplicates_sources_so_test_never_leaks_into_train():
+    pairs = PAIRS + [(src, "other " + tgt) for src, tgt in PAIRS] + PAIRS
+    splits = data.split_pairs(pairs, seed=3)
+    train_sources = {s for s, _ in splits["train"]}
+    assert not train_sources & {s for s, _ in splits["test"]}
+    assert not train_sources & {s for s, _ in splits["valid"]}
+    assert sum(len(v) for v in splits.values()) == 100
+    assert all(not t.startswith("other") for v in splits.values() for _, t in v)  # first target wins
+
+
+def test_split_of_three_pairs_gives_one_each_and_fewer_is_an_error():
+    splits = data.split_pairs(PAIRS[:3] + PAIRS[:1], seed=0)
+    assert [len(splits[k]) for k in ("train", "valid", "test")] == [1, 1, 1]
+    with pytest.raises(DataError, match="at least 3"):
+        data.split_pairs(PAIRS[:2] * 5, seed=0)
+
+
+def test_split_rejects_bad_fractions():
+    with pytest.raises(ValueError):
+        data.split_pairs(PAIRS, seed=0, valid_frac=0.5, test_frac=0.5)
+
+
+def test_encode_pairs():
+    pairs = [("ab", "le chat"), ("ba", "chat")]
+    src_vocab = Vocab.build([list(s) for s, _ in pairs])
+    tgt_vocab = Vocab.build([t.split() for _, t in pairs])
+    src_ids, tgt_ids = data.encode_pairs(pairs, src_vocab, tgt_vocab, "char", "word")
+    assert [src_vocab.decode(s) for s in src_ids] == [["a", "b"], ["b", "a"]]
+    assert [tgt_vocab.decode(t) for t in tgt_ids] == [["le", "chat"], ["chat"]]
+
+
+# --- batching ------------------------------------------------------------------
+
+def test_pad():
+    out = data.pad([[5, 6, 7], [8], []])
+    assert out.dtype == np.int64
+    assert out.tolist() == [[5, 6, 7], [8, 0, 0], [0, 0, 0]]
+    assert data.pad([[1]], pad_id=9).tolist() == [[1]]
+    assert data.pad([[1, 2], [3]], pad_id=9).tolist() == [[1, 2], [3, 9]]
+
+
+def test_batches_have_bos_eos_and_padding():
+    src = [[4, 5, 6], [7]]
+    tgt = [[8, 9], [10, 11, 12]]
+    (s, t_in, t_out), = data.Batcher(src, tgt, batch_size=2, shuffle=False).batches()
+    assert s.dtype == t_in.dtype == t_out.dtype == np.int64
+    assert s.tolist() == [[7, 0, 0], [4, 5, 6]]  # sorted by source length
+    assert t_in.tolist() == [[BOS_ID, 10, 11, 12], [BOS_ID, 8, 9, PAD_ID]]
+    assert t_out.tolist() == [[10, 11, 12, EOS_ID], [8, 9, EOS_ID, PAD_ID]]
+
+
+def random_corpus(n=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    src = [list(range(10, 10 + rng.integers(1, 40))) for _ in range(n)]
+    tgt = [[i] * int(rng.integers(1, 30)) for i in range(n)]  # token = example number
+    return src, tgt
+
+
+def test_every_example_appears_exactly_once_per_epoch():
+    src, tgt = random_corpus()
+    batcher = data.Batcher(src, tgt, batch_size=32, seed=0, chunk_batches=4)
+    batches = list(batcher.batches(epoch=2))
+    assert len(batches) == len(batcher) == 32  # ceil(1000 / 32)
+    seen = sorted(int(t_out[row, 0]) for _, _, t_out in batches for row in range(len(t_out)))
+    assert seen == list(range(1000))
+    for s, _, t_out in batches:  # the example's source travelled with its target
+        for row in range(len(s)):
+            assert (s[row] != PAD_ID).sum() == len(src[t_out[row, 0]])
+
+
+def test_batches_group_similar_lengths():
+    src, tgt = random_corpus()
+    batcher = data.Batcher(src, tgt, batch_size=32, seed=0)
+    spreads = [((s != PAD_ID).sum(1).max() - (s != PAD_ID).sum(1).min()) for s, _, _ in batcher.batches()]
+    overall = max(map(len, src)) - min(map(len, src))
+    assert max(spreads) <= 2 < overall
+
+
+def test_batch_order_is_reproducible_per_seed_and_epoch():
+    src, tgt = random_corpus()
+
+    def order(seed, epoch):
+        return [idx.tolist() for idx in data.Batcher(src, tgt, 32, seed=seed).batch_indices(epoch)]
+
+    assert order(0, 3) == order(0, 3)
+    assert order(0, 3) != order(0, 4)
+    assert order(0, 3) != order(1, 3)
+    assert order(1, 0) != order(0, 1)
+    unshuffled = data.Batcher(src, tgt, 32, shuffle=False)
+    assert [i.tolist() for i in unshuffled.batch_indices(0)] == \
+        [i.tolist() for i in unshuffled.batch_indices(5)]
+
+
+def test_batcher_rejects_bad_input():
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        data.Batcher([[1], [2]], [[3]], batch_size=1)
+    with pytest.raises(ValueError):
+        data.Batcher([], [], batch_size=1)
+    with pytest.raises(ValueError):
+        data.Batcher([[1]], [[2]], batch_size=0)

@@ -1,0 +1,300 @@
+import datetime
+import re
+
+import pytest
+
+from models import grammar, tasks
+from models.grammar import ADJECTIVE_BY_EN, NOUN_BY_EN, VERB_BY_EN, NounPhrase, Sentence
+
+SIZES = dict(n_train=300, n_valid=50, n_test=50)
+
+
+# --- every task --------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(tasks.TASKS))
+def test_splits_are_disjoint_by_source_and_sized(name):
+    splits = tasks.get_task(name).make_splits(seed=1, **SIZES)
+    sources = {split: [s for s, _ in pairs] for split, pairs in splits.items()}
+    assert [len(sources[k]) for k in ("train", "valid", "test")] == [300, 50, 50]
+    for split in sources:
+        assert len(set(sources[split])) == len(sources[split]), f"duplicates in {split}"
+    assert not set(sources["test"]) & set(sources["train"])
+    assert not set(sources["valid"]) & set(sources["train"])
+    assert not set(sources["valid"]) & set(sources["test"])
+
+
+@pytest.mark.parametrize("name", list(tasks.TASKS))
+def test_splits_are_deterministic_by_seed(name):
+    task = tasks.get_task(name)
+    assert task.make_splits(seed=7, **SIZES) == task.make_splits(seed=7, **SIZES)
+    assert task.make_splits(seed=7, **SIZES) != task.make_splits(seed=8, **SIZES)
+
+
+@pytest.mark.parametrize("name", list(tasks.TASKS))
+def test_example_is_a_nonempty_string_pair(name):
+    task = tasks.get_task(name)
+    src, tgt = task.example()
+    assert isinstance(src, str) and isinstance(tgt, str) and src.strip() and tgt.strip()
+    assert task.example() == (src, tgt)
+    assert task.src_level in ("char", "word") and task.tgt_level in ("char", "word")
+    assert task.description and "\n" not in task.description
+
+
+def test_get_task_unknown_names_the_task_and_lists_known_ones():
+    with pytest.raises(ValueError, match="'nope'") as err:
+        tasks.get_task("nope")
+    for name in tasks.TASKS:
+        assert name in str(err.value)
+
+
+def test_too_many_requested_pairs_is_an_error():
+    tiny = tasks.Task("tiny", "one digit", "char", "char", lambda rng: (str(rng.randint(0, 9)), "x"))
+    assert len(tiny.make_splits(0, 8, 1, 1)["train"]) == 8
+    with pytest.raises(ValueError, match="tiny"):
+        tiny.make_splits(0, 10, 1, 1)
+
+
+# --- copy / reverse / sort -----------------------------------------------------
+
+def test_symbol_task_targets():
+    lengths = set()
+    for name, expected in [("copy", lambda s: s), ("reverse", lambda s: s[::-1]),
+                           ("sort", lambda s: "".join(sorted(s)))]:
+        for src, tgt in tasks.get_task(name).make_splits(seed=3, **SIZES)["train"]:
+            assert set(src) <= set(tasks.SYMBOLS)
+            assert tgt == expected(src)
+            lengths.add(len(src))
+    assert lengths == set(range(3, 11))
+
+
+# --- numbers -----------------------------------------------------------------
+
+@pytest.mark.parametrize("n, words", [
+    (0, "zero"), (7, "seven"), (10, "ten"), (13, "thirteen"), (19, "nineteen"),
+    (20, "twenty"), (45, "forty five"), (90, "ninety"), (100, "one hundred"),
+    (101, "one hundred one"), (110, "one hundred ten"), (999, "nine hundred ninety nine"),
+    (1000, "one thousand"), (1001, "one thousand one"), (4213, "four thousand two hundred thirteen"),
+    (12000, "twelve thousand"), (20005, "twenty thousand five"),
+    (100000, "one hundred thousand"), (700005, "seven hundred thousand five"),
+    (999999, "nine hundred ninety nine thousand nine hundred ninety nine"),
+])
+def test_number_to_words(n, words):
+    assert tasks.number_to_words(n) == words
+
+
+@pytest.mark.parametrize("n", [-1, 1_000_000])
+def test_number_to_words_out_of_range(n):
+    with pytest.raises(ValueError):
+        tasks.number_to_words(n)
+
+
+def test_numbers_cover_all_magnitudes():
+    pairs = tasks.get_task("numbers").make_splits(seed=0, **SIZES)["train"]
+    digit_counts = {len(src) for src, _ in pairs}
+    assert digit_counts == {1, 2, 3, 4, 5, 6}
+    for src, tgt in pairs:
+        assert tgt == tasks.number_to_words(int(src)) and str(int(src)) == src
+
+
+# --- dates -------------------------------------------------------------------
+
+MARCH_3_1999 = {
+    "ordinal_of": "3rd of March 1999",
+    "month_ordinal": "March 3rd, 1999",
+    "day_month": "3 March 1999",
+    "month_day": "March 3 1999",
+    "abbrev_comma": "Mar 3, 1999",
+    "weekday": "Wednesday, March 3, 1999",
+    "dash_abbrev": "3-Mar-1999",
+    "us_numeric": "03/03/1999",
+    "us_short": "03/03/99",
+    "dotted": "1999.03.03",
+}
+
+
+def test_every_date_format_on_a_hand_checked_date():
+    assert set(tasks.DATE_FORMATS) == set(MARCH_3_1999)
+    for name, expected in MARCH_3_1999.items():
+        assert tasks.DATE_FORMATS[name](datetime.date(1999, 3, 3)) == expected
+
+
+@pytest.mark.parametrize("day, text", [
+    (datetime.date(2001, 12, 25), "Tuesday, December 25, 2001"),
+    (datetime.date(1969, 7, 20), "Sunday, July 20, 1969"),
+    (datetime.date(2024, 2, 29), "Thursday, February 29, 2024"),
+])
+def test_weekday_format(day, text):
+    assert tasks.DATE_FORMATS["weekday"](day) == text
+
+
+def test_two_digit_years_use_the_documented_pivot():
+    assert tasks.DATE_FORMATS["us_short"](datetime.date(1950, 1, 9)) == "01/09/50"
+    assert tasks.DATE_FORMATS["us_short"](datetime.date(2049, 12, 31)) == "12/31/49"
+    assert tasks.DATE_FORMATS["us_short"](datetime.date(2005, 11, 30)) == "11/30/05"
+
+
+@pytest.mark.parametrize("n, text", [
+    (1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
+    (13, "13th"), (21, "21st"), (22, "22nd"), (23, "23rd"), (30, "30th"), (31, "31st")])
+def test_ordinal(n, text):
+    assert tasks.ordinal(n) == text
+
+
+# Independent parsers for each format (strptime accepts unpadded days).
+_STRPTIME = ["%d of %B %Y", "%B %d, %Y", "%d %B %Y", "%B %d %Y", "%b %d, %Y",
+             "%A, %B %d, %Y", "%d-%b-%Y", "%m/%d/%Y", "%Y.%m.%d"]
+
+
+def _parse_date(text):
+    """All dates the text can mean under any format (should be exactly one)."""
+    found = set()
+    m = re.fullmatch(r"(\d\d)/(\d\d)/(\d\d)", text)
+    if m:
+        yy = int(m[3])
+        found.add(datetime.date(1900 + yy if yy >= 50 else 2000 + yy, int(m[1]), int(m[2])))
+    plain = re.sub(r"(\d+)(st|nd|rd|th)\b", r"\1", text)
+    for fmt in _STRPTIME:
+        try:
+            found.add(datetime.datetime.strptime(plain, fmt).date())
+        except ValueError:
+            pass
+    return found
+
+
+def test_generated_dates_parse_back_to_their_target():
+    pairs = tasks.get_task("dates").make_splits(seed=5, n_train=1000, n_valid=0, n_test=0)["train"]
+    for src, tgt in pairs:
+        day = datetime.date.fromisoformat(tgt)
+        assert datetime.date(1950, 1, 1) <= day <= datetime.date(2049, 12, 31)
+        assert _parse_date(src) == {day}, src
+        if "," in src and src.split(",")[0] in tasks.WEEKDAYS:
+            assert src.startswith(tasks.WEEKDAYS[day.weekday()])
+
+
+# --- grammar -----------------------------------------------------------------
+
+def np_(noun, adj=None, plural=False, definite=True):
+    return NounPhrase(NOUN_BY_EN[noun], plural, definite, ADJECTIVE_BY_EN[adj] if adj else None)
+
+
+@pytest.mark.parametrize("subject, verb, obj, english, french", [
+    (np_("cat", "small"), "eat", np_("apple", "red"),
+     "the small cat eats the red apple", "le petit chat mange la pomme rouge"),
+    (np_("girl", "small"), "see", np_("dog", definite=False),
+     "the small girl sees a dog", "la petite fille voit un chien"),
+    (np_("cat", plural=True), "eat", np_("apple", "old", definite=False),
+     "the cats eat an old apple", "les chats mangent une vieille pomme"),
+    (np_("woman", "beautiful", plural=True), "look for", np_("horse", "white", plural=True),
+     "the beautiful women look for the white horses", "les belles femmes cherchent les chevaux blancs"),
+    (np_("mouse", "white", plural=True, definite=False), "carry", np_("knife", "new", plural=True),
+     "some white mice carry the new knives", "des souris blanches portent les nouveaux couteaux"),
+    (np_("wolf", "small", plural=True, definite=False), "buy",
+     np_("car", "small", plural=True, definite=False),
+     "some small wolves buy some small cars", "de petits loups achètent de petites voitures"),
+    (np_("queen", "happy"), "hold", np_("newspaper", plural=True),
+     "the happy queen holds the newspapers", "la reine heureuse tient les journaux"),
+    (np_("fox", "old"), "watch", np_("apple", definite=False),
+     "the old fox watches an apple", "le vieux renard regarde une pomme"),
+])
+def test_hand_translated_sentences(subject, verb, obj, english, french):
+    sentence = Sentence(subject, VERB_BY_EN[verb], obj)
+    assert sentence.english() == english
+    assert sentence.french() == french
+
+
+_FR_ARTICLES = {"le": ("m", False), "la": ("f", False), "un": ("m", False), "une": ("f", False),
+                "les": (None, True), "des": (None, True), "de": (None, True)}
+_FR_NOUNS = {form: (noun.gender, plural) for noun in grammar.NOUNS
+             for form, plural in ((noun.fr, False), (noun.fr_plural, True))}
+_FR_VERBS = {form: plural for verb in grammar.VERBS
+             for form, plural in ((verb.fr_singular, False), (verb.fr_plural, True))}
+
+
+def _check_noun_phrase(words):
+    """Check the agreement inside a French noun phrase; return its number."""
+    article, rest = words[0], words[1:]
+    art_gender, art_plural = _FR_ARTICLES[article]
+    noun_at = [i for i, w in enumerate(rest) if w in _FR_NOUNS]
+    assert len(noun_at) == 1, words
+    gender, plural = _FR_NOUNS[rest[noun_at[0]]]
+    # "souris" is both singular and plural: then the article decides the number.
+    plural = art_plural if rest[noun_at[0]] == "souris" else plural
+    assert art_plural == plural and art_gender in (None, gender), words
+    for adj_word in rest[:noun_at[0]] + rest[noun_at[0] + 1:]:
+        adj = next(a for a in grammar.ADJECTIVES if adj_word in a.fr_forms)
+        assert adj_word == adj.fr(gender, plural), words
+        assert adj.before_noun == (noun_at[0] == 1), words
+    if article == "de":
+        assert noun_at[0] == 1 and len(rest) == 2, words
+    return plural
+
+
+def test_generated_french_agrees_in_gender_and_number():
+    pairs = tasks.get_task("grammar").make_splits(seed=2, n_train=2000, n_valid=0, n_test=0)["train"]
+    for english, french in pairs:
+        words = french.split()
+        verb_at = [i for i, w in enumerate(words) if w in _FR_VERBS]
+        assert len(verb_at) == 1, french
+        subject_plural = _check_noun_phrase(words[:verb_at[0]])
+        _check_noun_phrase(words[verb_at[0] + 1:])
+        assert _FR_VERBS[words[verb_at[0]]] == subject_plural, french
+        assert _english_subject_is_plural(english.split()) == subject_plural, (english, french)
+
+
+_EN_PLURAL_NOUNS = {noun.en_plural for noun in grammar.NOUNS}
+_EN_VERBS = {form: plural for verb in grammar.VERBS
+             for form, plural in ((verb.en_singular, False), (verb.en_plural, True))}
+
+
+def _english_subject_is_plural(words):
+    """Check article, noun and verb agreement of the English subject; return its number."""
+    noun_at = 2 if words[1] in ADJECTIVE_BY_EN else 1
+    plural = words[noun_at] in _EN_PLURAL_NOUNS
+    verb = words[noun_at + 1] + (" for" if words[noun_at + 2] == "for" else "")
+    assert _EN_VERBS[verb] == plural, words
+    article = words[0]
+    assert article == "the" or (article == "some") == plural, words
+    if article in ("a", "an"):
+        assert (article == "an") == (words[1][0] in "aeiou"), words
+    return plural
+
+
+def test_grammar_task_has_many_distinct_sentences():
+    pairs = tasks.get_task("grammar").make_splits(seed=0, n_train=5000, n_valid=500, n_test=500)
+    assert len({src for split in pairs.values() for src, _ in split}) == 6000
+
+
+# The tables are checked against the regular rules plus a hand-written list of
+# exceptions, so a typo in a table cannot hide behind the agreement checks above.
+_IRREGULAR_ADJECTIVES = {
+    "bon": ("bon", "bonne", "bons", "bonnes"),
+    "beau": ("beau", "belle", "beaux", "belles"),
+    "vieux": ("vieux", "vieille", "vieux", "vieilles"),
+    "nouveau": ("nouveau", "nouvelle", "nouveaux", "nouvelles"),
+    "blanc": ("blanc", "blanche", "blancs", "blanches"),
+    "heureux": ("heureux", "heureuse", "heureux", "heureuses"),
+}
+_IRREGULAR_PLURALS = {
+    "cheval": "chevaux", "journal": "journaux", "gâteau": "gâteaux", "bateau": "bateaux",
+    "chapeau": "chapeaux", "couteau": "couteaux", "manteau": "manteaux", "souris": "souris",
+    "wolf": "wolves", "woman": "women", "mouse": "mice", "knife": "knives",
+    "fox": "foxes", "box": "boxes", "dress": "dresses",
+}
+_BEFORE_NOUN = {"petit", "grand", "bon", "beau", "joli", "jeune", "vieux", "nouveau", "mauvais"}
+
+
+def test_adjective_table_follows_french_rules():
+    for adj in grammar.ADJECTIVES:
+        ms = adj.fr_forms[0]
+        fs = ms if ms.endswith("e") else ms + "e"
+        regular = (ms, fs, ms if ms[-1] in "sx" else ms + "s", fs + "s")
+        assert adj.fr_forms == _IRREGULAR_ADJECTIVES.get(ms, regular), adj
+        assert adj.before_noun == (ms in _BEFORE_NOUN), adj
+
+
+def test_noun_table_plurals_and_no_elision_needed():
+    for noun in grammar.NOUNS:
+        assert noun.fr_plural == _IRREGULAR_PLURALS.get(noun.fr, noun.fr + "s"), noun
+        assert noun.en_plural == _IRREGULAR_PLURALS.get(noun.en, noun.en + "s"), noun
+        assert noun.fr[0] not in "aeiouhâéèêîôœ", noun  # so "le"/"la" never become "l'"
+    assert len(grammar.NOUNS) == len({n.fr for n in grammar.NOUNS}) == len(NOUN_BY_EN)

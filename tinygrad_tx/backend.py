@@ -1,0 +1,202 @@
+"""Backends: the one module that knows which array library holds a tensor's data.
+
+"cpu" runs on NumPy, "cuda" on CuPy (imported only when asked for), and "strict"
+is a test-only CPU backend whose arrays behave like CuPy's where it bites: they
+refuse implicit conversion to NumPy and refuse NumPy operands. Ops never import
+an array library themselves; they ask the backend of their inputs for `xp`.
+
+Every host <-> device transfer, scatter-add, random draw and dtype cast goes
+through a `Backend`, so the rest of the engine is device-agnostic.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+INSTALL_HINT = 'pip install "tinygrad-tx[cuda]"'
+
+
+class DeviceError(RuntimeError):
+    """Raised when a device is unknown, unavailable, or mixed within one op."""
+
+
+class Backend:
+    """One device: its array module `xp` and the few helpers that differ per library."""
+
+    def __init__(self, name: str, xp: Any, array_type: type):
+        self.name = name
+        self.xp = xp
+        self.array_type = array_type
+        self.seed(_seed)
+
+    def __repr__(self) -> str:
+        return f"Backend({self.name!r})"
+
+    # -- transfers -------------------------------------------------------------
+    def from_host(self, array: np.ndarray, dtype: Any = None) -> Any:
+        """Copy a NumPy array (or Python data) onto this device."""
+        return self.xp.asarray(array, dtype=dtype)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """Copy device data to a NumPy array (synchronises on a GPU)."""
+        raise NotImplementedError
+
+    def cast(self, array: Any, dtype: Any) -> Any:
+        """`array` in `dtype`, without a copy when it already has that dtype."""
+        return array.astype(dtype, copy=False)
+
+    # -- scatter-add: a[idx] += v with repeated indices accumulated ----------------
+    def scatter_add(self, target: Any, index: Any, values: Any) -> None:
+        """In-place `target[index] += values`, where repeated indices accumulate.
+
+        Plain `target[index] += values` keeps only one of the repeated updates
+        (and is undefined on CuPy), which silently drops gradient.
+        """
+        self._scatter_add(target, index, values)
+
+    # -- random numbers ------------------------------------------------------------
+    def seed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def uniform(self, shape: tuple, dtype: Any) -> Any:
+        """Uniform [0, 1) numbers on this device (used for dropout masks)."""
+        return self.from_host(self.rng.random(shape, dtype=np.float32), dtype)
+
+    def erf(self, x: Any) -> Any:
+        """The error function, elementwise (exact GELU needs it; NumPy lacks it)."""
+        return self._erf(x)
+
+
+def _host_erf():
+    """SciPy's erf when installed; otherwise the standard library's, one element at a time."""
+    try:
+        from scipy.special import erf
+    except ImportError:
+        slow = np.vectorize(math.erf, otypes=[np.float64])
+        return lambda x: slow(x).astype(x.dtype, copy=False)
+    return erf
+
+
+class NumpyBackend(Backend):
+    def __init__(self):
+        super().__init__("cpu", np, np.ndarray)
+        self._scatter_add = np.add.at
+        self._erf = _host_erf()
+
+    def from_host(self, array, dtype=None):
+        return np.asarray(array, dtype=dtype)
+
+    def to_host(self, array):
+        return np.asarray(array)
+
+
+class StrictBackend(Backend):
+    """NumPy underneath, CuPy's manners on top; see `tinygrad_tx.strict`."""
+
+    def __init__(self):
+        from . import strict
+
+        super().__init__("strict", strict.xp, strict.StrictArray)
+        self._scatter_add = strict.xp.add.at
+        self._erf = strict.wrap_function(_host_erf(), "erf")
+
+    def to_host(self, array):
+        return array.get()
+
+
+class CupyBackend(Backend):
+    def __init__(self, cupy: Any):
+        super().__init__("cuda", cupy, cupy.ndarray)
+        if hasattr(cupy, "add") and hasattr(cupy.add, "at"):
+            self._scatter_add = cupy.add.at
+        else:  # older CuPy: the same kernel lives in cupyx
+            import cupyx
+
+            self._scatter_add = cupyx.scatter_add
+        from cupyx.scipy.special import erf
+
+        self._erf = erf
+
+    def seed(self, seed):
+        self.rng = self.xp.random.default_rng(seed)
+
+    def uniform(self, shape, dtype):
+        # Drawn on the GPU: shipping a mask from the host every step would cost more.
+        return self.rng.random(shape, dtype=self.xp.float32).astype(dtype, copy=False)
+
+    def to_host(self, array):
+        return self.xp.asnumpy(array)
+
+
+def _load_cupy() -> Backend:
+    try:
+        import cupy
+    except ImportError as e:
+        raise DeviceError(
+            f'device "cuda" needs CuPy, which is not installed ({e}); install it with {INSTALL_HINT}'
+        ) from None
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise DeviceError('device "cuda": CuPy is installed but sees no GPU; use --device cpu')
+    except cupy.cuda.runtime.CUDARuntimeError as e:
+        raise DeviceError(f'device "cuda": CuPy is installed but no GPU is usable ({e}); use --device cpu') from None
+    return CupyBackend(cupy)
+
+
+_FACTORIES = {"cpu": NumpyBackend, "strict": StrictBackend, "cuda": _load_cupy}
+_backends: dict[str, Backend] = {}
+_default: str | None = None
+_seed = 0
+_host_rng = np.random.default_rng(_seed)
+
+
+def get_backend(device: str | Backend | None = None) -> Backend:
+    """The backend for `device` ("cpu", "cuda", "strict"); None means the default device."""
+    if isinstance(device, Backend):
+        return device
+    name = default_device() if device is None else device
+    backend = _backends.get(name)
+    if backend is None:
+        if name not in _FACTORIES:
+            raise DeviceError(f"unknown device {name!r}; choose one of {sorted(_FACTORIES)}")
+        backend = _backends[name] = _FACTORIES[name]()
+    return backend
+
+
+def default_device() -> str:
+    """The device new tensors go to: `set_device`, else $TINYGRAD_TX_DEVICE, else "cpu"."""
+    return _default or os.environ.get("TINYGRAD_TX_DEVICE", "cpu")
+
+
+def set_device(device: str) -> None:
+    """Make `device` the default for new tensors; fails at once if it is unavailable."""
+    global _default
+    get_backend(device)
+    _default = device
+
+
+def backend_of(array: Any) -> Backend:
+    """The backend whose array type `array` is (NumPy arrays and scalars are "cpu")."""
+    for backend in _backends.values():
+        if isinstance(array, backend.array_type):
+            return backend
+    if isinstance(array, (np.ndarray, np.generic)):
+        return get_backend("cpu")
+    raise TypeError(f"not an array of any loaded backend: {type(array).__name__}")
+
+
+def host_rng() -> np.random.Generator:
+    """The host generator parameters are drawn from, so one seed gives one model on every device."""
+    return _host_rng
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the host generator and every backend's generator (also those loaded later)."""
+    global _seed, _host_rng
+    _seed = seed
+    _host_rng = np.random.default_rng(seed)
+    for backend in _backends.values():
+        backend.seed(seed)

@@ -1,0 +1,130 @@
+"""Arithmetic: + - * / ** @ and dtype casts.
+
+Inputs may have different (broadcastable) shapes: each backward returns the
+gradient in the broadcast shape and the engine sums it back to each input's
+shape, so no op here repeats that bookkeeping. Gradients are only computed for
+inputs that want one (`needs_grad`): constants such as the 2 in `x * 2` cost nothing.
+"""
+from __future__ import annotations
+
+from ..autograd import Function
+from ..tensor import Tensor
+
+
+class Add(Function):
+    def forward(self, x, y):
+        return x + y
+
+    def backward(self, g):
+        return g, g
+
+
+class Sub(Function):
+    def forward(self, x, y):
+        return x - y
+
+    def backward(self, g):
+        return g, (-g if self.needs_grad[1] else None)
+
+
+class Neg(Function):
+    def forward(self, x):
+        return -x
+
+    def backward(self, g):
+        return (-g,)
+
+
+class Mul(Function):
+    def forward(self, x, y):
+        return x * y
+
+    def backward(self, g):
+        x, y = self.inputs
+        gx = g * y if self.needs_grad[0] else None
+        gy = g * x if self.needs_grad[1] else None
+        return gx, gy
+
+
+class Div(Function):
+    def forward(self, x, y):
+        return x / y
+
+    def backward(self, g):
+        x, y = self.inputs
+        gx = g / y
+        gy = -gx * x / y if self.needs_grad[1] else None  # d(x/y)/dy = -x/y²
+        return gx, gy
+
+
+class PowScalar(Function):
+    """x ** c for a Python number c."""
+
+    def forward(self, x, exponent):
+        self.exponent = exponent
+        return x ** exponent
+
+    def backward(self, g):
+        (x,), c = self.inputs, self.exponent
+        return (g * c * x ** (c - 1),)
+
+
+class Pow(Function):
+    """x ** y for tensors; d/dy = x^y · log x is asked for only when y needs a gradient,
+    because log x is NaN for x < 0 even where the power itself is fine."""
+
+    def forward(self, x, y):
+        return x ** y
+
+    def backward(self, g):
+        x, y = self.inputs
+        gx = g * y * x ** (y - 1) if self.needs_grad[0] else None
+        gy = g * x ** y * x.log() if self.needs_grad[1] else None
+        return gx, gy
+
+
+class Cast(Function):
+    """A dtype conversion; the gradient goes back in the input's dtype."""
+
+    def forward(self, x, dtype):
+        return self.backend.cast(x, dtype)
+
+    def backward(self, g):
+        return (g.astype(self.inputs[0].dtype),)
+
+
+class MatMul(Function):
+    """Matrix product of (..., n, k) and (..., k, m), batch axes broadcast."""
+
+    def forward(self, x, y):
+        return x @ y
+
+    def backward(self, g):  # g: (..., n, m)
+        x, y = self.inputs
+        gx = g @ y.swapaxes(-1, -2) if self.needs_grad[0] else None  # (..., n, k)
+        gy = x.swapaxes(-1, -2) @ g if self.needs_grad[1] else None  # (..., k, m)
+        return gx, gy
+
+
+def matmul(x: Tensor, y: Tensor) -> Tensor:
+    """`x @ y` with NumPy's rules, arranged so BLAS sees the largest 2-D products.
+
+    A stack of rows times one matrix, (B, T, k) @ (k, m), becomes one (B·T, k) @ (k, m)
+    product, and its weight gradient one (k, B·T) @ (B·T, m) product, instead of B
+    small ones whose results must then be summed. 1-D operands are treated as NumPy
+    does (a row or a column, dropped from the result).
+    """
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"matmul: scalar operands are not allowed (shapes {x.shape} and {y.shape}); use *")
+    if x.shape[-1] != y.shape[-2 if y.ndim > 1 else 0]:
+        raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not align "
+                         f"({x.shape[-1]} != {y.shape[-2 if y.ndim > 1 else 0]})")
+    if x.ndim == 1:
+        return matmul(x.reshape(1, -1), y).reshape(*y.shape[:-2], y.shape[-1]) if y.ndim > 1 \
+            else (x * y).sum()
+    if y.ndim == 1:
+        return matmul(x, y.reshape(-1, 1)).reshape(x.shape[:-1])
+    if y.ndim == 2 and x.ndim > 2:
+        flat = MatMul.apply(x.reshape(-1, x.shape[-1]), y)  # (B·T, m)
+        return flat.reshape(*x.shape[:-1], y.shape[-1])
+    return MatMul.apply(x, y)

@@ -1,0 +1,96 @@
+"""Scaled dot-product attention, fused: softmax(q kᵀ / √d, masked) · v in one op.
+
+Masks follow the project's one convention: a boolean array, True = "may attend".
+Blocked scores are replaced (with `where`) by the dtype's most negative finite
+value, never by a constant such as -1e9 (which overflows in float16 and may be
+too weak next to large logits) or -inf (whose softmax over a fully blocked row is
+0/0 = NaN). A query row with no key left gets all-zero weights, hence a zero
+output and zero gradients, never NaN.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ..autograd import OnceDifferentiable
+from ..tensor import Tensor
+from .select import as_mask
+from .unary import constant
+
+
+def attention_weights(xp, q, k, keep, scale):
+    """softmax(q kᵀ · scale) over the kept keys, on raw arrays: (..., Tq, Tk)."""
+    scores = (q @ k.swapaxes(-1, -2)) * q.dtype.type(scale)  # (..., Tq, Tk)
+    if keep is not None:
+        scores = xp.where(keep, scores, xp.finfo(scores.dtype).min)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = xp.exp(scores, out=scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    if keep is not None:
+        p *= keep.any(axis=-1, keepdims=True)  # rows with no key: all zero, not uniform
+    return p
+
+
+class Attention(OnceDifferentiable):
+    def forward(self, q, k, v, keep, dropout_p, scale):
+        p = self.p = attention_weights(self.backend.xp, q, k, keep, scale)  # (..., Tq, Tk)
+        if dropout_p > 0:
+            self.drop = (self.backend.uniform(p.shape, p.dtype) >= dropout_p) * p.dtype.type(1 / (1 - dropout_p))
+            p = p * self.drop
+        else:
+            self.drop = None
+        self.p_used, self.scale = p, scale
+        return p @ v  # (..., Tq, d_v)
+
+    def backward(self, g):
+        q, k, v = (t.data for t in self.inputs)
+        g, p, p_used = g.data, self.p, self.p_used
+        gv = p_used.swapaxes(-1, -2) @ g if self.needs_grad[2] else None  # (..., Tk, d_v)
+        gp = g @ v.swapaxes(-1, -2)  # (..., Tq, Tk)
+        if self.drop is not None:
+            gp *= self.drop
+        gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True))  # softmax backward; 0 where blocked
+        gs *= q.dtype.type(self.scale)
+        gq = gs @ k if self.needs_grad[0] else None  # (..., Tq, d)
+        gk = gs.swapaxes(-1, -2) @ q if self.needs_grad[1] else None  # (..., Tk, d)
+        return tuple(None if a is None else constant(self, a) for a in (gq, gk, gv))
+
+
+@lru_cache(maxsize=64)
+def causal_mask(t_q: int, t_k: int, backend) -> object:
+    """Boolean (t_q, t_k) keep-mask: query i may see keys up to its own position (cached per device).
+
+    Query i sits at position i + (t_k - t_q) of the keys: with a key/value cache the
+    queries are the last t_q positions. For t_q == t_k this is the usual lower triangle.
+    """
+    return backend.from_host(np.tri(t_q, t_k, k=t_k - t_q, dtype=bool))
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, causal: bool = False,
+                                 dropout_p: float = 0.0, return_weights: bool = False):
+    """softmax(q kᵀ / √d + mask) v on (..., T, d) tensors.
+
+    `mask`: boolean, broadcastable to (..., T_q, T_k), True = may attend.
+    `causal`: also hide keys after each query's position.
+    `return_weights`: also return the attention weights (..., T_q, T_k), for pictures.
+    """
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit "
+                         "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, d_v))")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"attention: dropout_p must be in [0, 1), not {dropout_p}")
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    keep = None if mask is None else as_mask(mask, q.backend, "scaled_dot_product_attention")
+    if causal:
+        tri = causal_mask(t_q, t_k, q.backend)
+        keep = tri if keep is None else keep & tri
+    scale = 1 / math.sqrt(q.shape[-1])
+    out = Attention.apply(q, k, v, keep=keep, dropout_p=dropout_p, scale=scale)
+    if not return_weights:
+        return out
+    # no node is kept under no_grad, so there the weights are computed once more
+    weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
+        q.backend.xp, q.data, k.data, keep, scale)
+    return out, Tensor._from_op(weights, q.backend)

@@ -1,0 +1,159 @@
+"""Choosing elements: indexing, `where` and `masked_fill`.
+
+Indexing's gradient is a scatter: each picked element sends its gradient back to
+where it came from, and an element picked twice (`x[[1, 1]]`) must receive both,
+so integer-array indexing scatters with add (the backend's `scatter_add`), never
+with plain assignment, which would keep only one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..autograd import Function
+from ..backend import Backend, DeviceError
+from ..tensor import Tensor
+
+
+class Getitem(Function):
+    def forward(self, x, index, advanced):
+        self.index, self.advanced = index, advanced
+        return x[index]
+
+    def backward(self, g):
+        return (ScatterAdd.apply(g, shape=self.inputs[0].shape, index=self.index, advanced=self.advanced),)
+
+
+class ScatterAdd(Function):
+    """Getitem's gradient: zeros of the source shape with g added at `index`."""
+
+    def forward(self, g, shape, index, advanced):
+        self.index, self.advanced = index, advanced
+        out = self.backend.xp.zeros(shape, dtype=g.dtype)
+        if advanced:
+            self.backend.scatter_add(out, index, g)  # repeated indices accumulate
+        else:
+            out[index] = g  # slices and ints never repeat an element
+        return out
+
+    def backward(self, gg):
+        return (Getitem.apply(gg, index=self.index, advanced=self.advanced),)
+
+
+def getitem(x: Tensor, index: Any) -> Tensor:
+    """`x[index]` for ints, slices, Ellipsis, None, integer arrays (lists, NumPy, Tensors) and boolean masks."""
+    index, advanced = _normalize_index(index, x.backend, x.shape)
+    return Getitem.apply(x, index=index, advanced=advanced)
+
+
+def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, bool]:
+    """Index arrays moved to the tensor's device and checked against the axis they index.
+
+    CuPy wraps an out-of-range index around instead of raising, so the check is ours.
+    """
+    items = index if isinstance(index, tuple) else (index,)
+    items = tuple(_index_array(item, backend) for item in items)
+    consumed = sum(item.ndim if _is_bool_array(item) else 1 for item in items
+                   if item is not None and item is not Ellipsis)
+    if consumed > len(shape):
+        raise IndexError(f"too many indices ({consumed}) for a tensor of shape {shape}")
+    axis, advanced = 0, False
+    for item in items:
+        if item is Ellipsis:
+            axis += len(shape) - consumed
+        elif item is None:
+            continue
+        elif hasattr(item, "dtype") and getattr(item, "ndim", 0) > 0 or _is_bool_array(item):
+            advanced = True
+            if not _is_bool_array(item):
+                _check_range(item, shape[axis], axis)
+            axis += item.ndim if _is_bool_array(item) else 1
+        else:
+            axis += 1
+    return items, advanced
+
+
+def _index_array(item: Any, backend: Backend) -> Any:
+    if isinstance(item, Tensor):
+        if item.backend is not backend:
+            raise DeviceError(f"index tensor is on {item.device}, the indexed tensor on {backend.name}")
+        item = item.data
+    elif isinstance(item, (list, np.ndarray)):
+        item = backend.from_host(np.asarray(item))
+    else:
+        return item
+    if item.dtype.kind not in "iub":
+        raise IndexError(f"index arrays must be integer or boolean, not {item.dtype}")
+    return item
+
+
+def _is_bool_array(item: Any) -> bool:
+    return getattr(item, "dtype", None) == np.bool_ and getattr(item, "ndim", 0) > 0
+
+
+def _check_range(ids: Any, size: int, axis: int) -> None:
+    bad = (ids < -size) | (ids >= size)
+    if bad.any():
+        raise IndexError(f"index {int(ids[bad].reshape(-1)[0])} is out of range for axis {axis} of size {size}")
+
+
+# -- masks --------------------------------------------------------------------------------
+
+def as_mask(mask: Any, backend: Backend, op: str) -> Any:
+    """A boolean array on `backend`; float and integer masks are refused.
+
+    Libraries disagree on whether 1 means "keep" or "block"; only a boolean,
+    read with this project's convention, cannot be misread.
+    """
+    if isinstance(mask, Tensor):
+        if mask.backend is not backend:
+            raise DeviceError(f"{op}: mask is on {mask.device}, the tensor on {backend.name}")
+        mask = mask.data
+    elif isinstance(mask, (list, np.ndarray, np.bool_, bool)):
+        mask = backend.from_host(np.asarray(mask))
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{op}: the mask must be boolean, not {mask.dtype}; float and integer masks are "
+                        "rejected because their meaning (keep or block) differs between libraries")
+    return mask
+
+
+class MaskedFill(Function):
+    """`value` where the mask is True, x elsewhere; no gradient flows to filled places."""
+
+    def forward(self, x, mask, value):
+        self.mask = mask
+        return self.backend.xp.where(mask, x.dtype.type(value), x)
+
+    def backward(self, g):
+        return (MaskedFill.apply(g, mask=self.mask, value=0),)
+
+
+def masked_fill(x: Tensor, mask: Any, value: float) -> Tensor:
+    return MaskedFill.apply(x, mask=as_mask(mask, x.backend, "masked_fill"), value=value)
+
+
+class Where(Function):
+    """a where cond is True, b elsewhere: the gradient goes to whichever was picked.
+
+    Both branches are computed everywhere, so `where(x > 0, x.sqrt(), 0)` still
+    differentiates sqrt at x < 0 and the NaN (times 0) poisons the gradient. The
+    fix is the "double where": `where(x > 0, where(x > 0, x, 1).sqrt(), 0)`.
+    """
+
+    def forward(self, a, b, cond):
+        self.cond = cond
+        return self.backend.xp.where(cond, a, b)
+
+    def backward(self, g):
+        ga = MaskedFill.apply(g, mask=~self.cond, value=0) if self.needs_grad[0] else None
+        gb = MaskedFill.apply(g, mask=self.cond, value=0) if self.needs_grad[1] else None
+        return ga, gb
+
+
+def where(cond: Any, a: Any, b: Any) -> Tensor:
+    """Elementwise `a if cond else b` (cond boolean; numbers take the tensor's dtype)."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = Tensor(a)
+    a, b = (a._pair(b, "where") if isinstance(a, Tensor) else reversed(b._pair(a, "where")))
+    return Where.apply(a, b, cond=as_mask(cond, a.backend, "where"))

@@ -1,0 +1,310 @@
+"""The Tensor: an array on some device, plus the node (`grad_fn`) that made it.
+
+Every method that computes something is one line that hands over to an op in
+`tinygrad_tx.ops`; the math and its gradient live there, side by side.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import autograd
+from .backend import Backend, DeviceError, backend_of, get_backend
+
+DEFAULT_DTYPE = np.float32
+
+
+def _is_float(dtype: Any) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+class Tensor:
+    """An n-dimensional array that remembers how it was computed.
+
+    `Tensor(data, requires_grad=False, dtype=None, device=None, name=None)`:
+    Python lists and numbers become float32 (lists of bools stay bool);
+    arrays keep their dtype (float64 stays float64, integer ids stay integer).
+    """
+
+    __slots__ = ("_data", "backend", "requires_grad", "grad", "grad_fn", "name", "_version",
+                 "_hooks", "__weakref__")
+    __array_ufunc__ = None  # `numpy_array * tensor` defers to Tensor.__rmul__
+
+    def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None,
+                 device: str | None = None, name: str | None = None):
+        if isinstance(data, Tensor):
+            data = data.data
+        if isinstance(data, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+            array = _host_array(data, dtype)
+            backend = get_backend(device)
+            array = backend.from_host(array)
+        else:  # already a device array: stays where it is unless `device` says otherwise
+            source = backend_of(data)
+            backend = source if device is None else get_backend(device)
+            array = data if backend is source else backend.from_host(source.to_host(data))
+            if dtype is not None:
+                array = backend.cast(array, dtype)
+        if requires_grad and not _is_float(array.dtype):
+            raise TypeError(f"only floating tensors can require grad; this one is {array.dtype}")
+        self._data, self.backend = array, backend
+        self.requires_grad, self.name = requires_grad, name
+        self.grad = self.grad_fn = None
+        self._version, self._hooks = 0, ()
+
+    @classmethod
+    def _from_op(cls, data: Any, backend: Backend) -> "Tensor":
+        """The fast path ops use: wrap an array that is already on `backend`."""
+        t = cls.__new__(cls)
+        t._data, t.backend = data, backend
+        t.requires_grad, t.grad, t.grad_fn, t.name = False, None, None, None
+        t._version, t._hooks = 0, ()
+        return t
+
+    # -- the array and what describes it ---------------------------------------------
+    @property
+    def data(self) -> Any:
+        return self._data
+
+    @data.setter
+    def data(self, array: Any) -> None:
+        """Replacing the array bumps the version, so a graph that saved the old one notices."""
+        self._data = array
+        self._version += 1
+
+    def bump_version(self) -> None:
+        """Record an in-place change of `.data` (optimizers call this after updating)."""
+        self._version += 1
+
+    shape = property(lambda self: tuple(self._data.shape))
+    ndim = property(lambda self: self._data.ndim)
+    size = property(lambda self: self._data.size)
+    dtype = property(lambda self: self._data.dtype)
+    device = property(lambda self: self.backend.name)
+    is_leaf = property(lambda self: self.grad_fn is None)
+
+    def numpy(self) -> np.ndarray:
+        """A host (NumPy) copy of the data."""
+        return np.array(self.backend.to_host(self._data), copy=True)
+
+    def item(self) -> float | int:
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
+        return self._data.item()
+
+    def detach(self) -> "Tensor":
+        """The same data, cut off from the graph."""
+        return Tensor._from_op(self._data, self.backend)
+
+    def to(self, device: str) -> "Tensor":
+        """A copy on `device` (a leaf; the same tensor if it is already there)."""
+        backend = get_backend(device)
+        if backend is self.backend:
+            return self
+        moved = Tensor._from_op(backend.from_host(self.backend.to_host(self._data)), backend)
+        moved.requires_grad, moved.name = self.requires_grad, self.name
+        return moved
+
+    def __repr__(self) -> str:
+        extra = f", grad_fn={self.grad_fn!r}" if self.grad_fn is not None else (
+            ", requires_grad=True" if self.requires_grad else "")
+        name = f", name={self.name!r}" if self.name else ""
+        body = np.array2string(self.numpy(), separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype}, device={self.device}{name}{extra})"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # -- autograd --------------------------------------------------------------------
+    def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
+        """Accumulate d self / d leaf into every leaf's `.grad` (see `autograd.run_backward`)."""
+        self._backward(grad, retain_graph, create_graph, None)
+
+    def _backward(self, grad, retain_graph, create_graph, inputs):
+        if not self.requires_grad:
+            raise RuntimeError(f"backward() on a tensor of shape {self.shape} that does not require grad: "
+                               "no input of its graph has requires_grad=True (or it was made under no_grad)")
+        if grad is None:
+            if self.size != 1:
+                raise RuntimeError(f"backward() on a non-scalar tensor of shape {self.shape} needs a "
+                                   "gradient argument of the same shape")
+            grad = Tensor._from_op(self.backend.xp.ones(self.shape, dtype=self.dtype), self.backend)
+        grad = grad if isinstance(grad, Tensor) else Tensor(grad, dtype=self.dtype, device=self.device)
+        if grad.shape != self.shape:
+            raise RuntimeError(f"backward(): gradient of shape {grad.shape} for a tensor of shape {self.shape}")
+        return autograd.run_backward(self, grad, retain_graph, create_graph, inputs)
+
+    def register_hook(self, hook: Callable[["Tensor"], "Tensor | None"]) -> None:
+        """Call `hook(grad)` when this tensor's gradient is ready; a returned tensor replaces it."""
+        if not self.requires_grad:
+            raise RuntimeError("register_hook on a tensor that does not require grad")
+        if self.grad_fn is None:
+            self._hooks = (*self._hooks, hook)
+        else:
+            self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
+
+    def retain_grad(self) -> None:
+        """Keep this intermediate tensor's gradient in `.grad` (leaves always keep theirs)."""
+        if self.grad_fn is None:
+            return
+        ref = weakref.ref(self)  # a strong reference would be a cycle tensor -> node -> hook -> tensor
+
+        def keep(g):
+            t = ref()
+            if t is not None:
+                t.grad = g if t.grad is None else t.grad + g
+
+        self.register_hook(keep)
+
+    # -- lifting Python numbers and arrays into tensors ------------------------------
+    def _lift(self, value: Any) -> "Tensor":
+        """`value` as a constant Tensor on this device; Python numbers take this tensor's dtype."""
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, (int, float, bool)) and _is_float(self.dtype):
+            return Tensor._from_op(self.dtype.type(value), self.backend)  # float32 stays float32
+        return Tensor(value, device=self.device)
+
+    def _pair(self, other: Any, op: str) -> tuple["Tensor", "Tensor"]:
+        """Both operands of a binary op as tensors of one floating dtype (or both non-float)."""
+        other = self._lift(other)
+        a, b = self.dtype, other.dtype
+        if a != b:
+            if _is_float(a) and _is_float(b):
+                raise TypeError(f"{op}: dtype mismatch {a} and {b}; cast one with .astype()")
+            if _is_float(a):
+                other = other.astype(a)
+            elif _is_float(b):
+                return self.astype(b), other
+        return self, other
+
+    def astype(self, dtype: Any) -> "Tensor":
+        """A copy in `dtype` (differentiable between floating dtypes)."""
+        if np.dtype(dtype) == self.dtype:
+            return self
+        return ops.Cast.apply(self, dtype=np.dtype(dtype))
+
+    # -- arithmetic -------------------------------------------------------------------
+    def __add__(self, o): return ops.Add.apply(*self._pair(o, "add"))
+    def __radd__(self, o): return ops.Add.apply(*reversed(self._pair(o, "add")))
+    def __sub__(self, o): return ops.Sub.apply(*self._pair(o, "sub"))
+    def __rsub__(self, o): return ops.Sub.apply(*reversed(self._pair(o, "sub")))
+    def __mul__(self, o): return ops.Mul.apply(*self._pair(o, "mul"))
+    def __rmul__(self, o): return ops.Mul.apply(*reversed(self._pair(o, "mul")))
+    def __truediv__(self, o): return ops.Div.apply(*self._pair(o, "div"))
+    def __rtruediv__(self, o): return ops.Div.apply(*reversed(self._pair(o, "div")))
+    def __neg__(self): return ops.Neg.apply(self)
+    def __matmul__(self, o): return ops.matmul(self, self._lift(o))
+    def __rmatmul__(self, o): return ops.matmul(self._lift(o), self)
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, (int, float)):
+            return ops.PowScalar.apply(self, exponent=exponent)
+        return ops.Pow.apply(*self._pair(exponent, "pow"))
+
+    def __rpow__(self, base): return ops.Pow.apply(*reversed(self._pair(base, "pow")))
+
+    # comparisons give boolean tensors, outside the graph
+    def _compare(self, other, compare):
+        other = self._lift(other)
+        return Tensor._from_op(compare(self._data, other._data), self.backend)
+
+    def __lt__(self, o): return self._compare(o, lambda a, b: a < b)
+    def __le__(self, o): return self._compare(o, lambda a, b: a <= b)
+    def __gt__(self, o): return self._compare(o, lambda a, b: a > b)
+    def __ge__(self, o): return self._compare(o, lambda a, b: a >= b)
+    def eq(self, o): return self._compare(o, lambda a, b: a == b)
+    def ne(self, o): return self._compare(o, lambda a, b: a != b)
+
+    def __invert__(self):
+        if self.dtype != np.bool_:
+            raise TypeError(f"~ needs a boolean tensor, not {self.dtype}")
+        return Tensor._from_op(~self._data, self.backend)
+
+    def __and__(self, o): return self._compare(o, lambda a, b: a & b)
+    def __or__(self, o): return self._compare(o, lambda a, b: a | b)
+
+    # -- elementwise functions ------------------------------------------------------------
+    def exp(self): return ops.Exp.apply(self)
+    def log(self): return ops.Log.apply(self)
+    def sqrt(self): return ops.Sqrt.apply(self)
+    def tanh(self): return ops.Tanh.apply(self)
+    def sigmoid(self): return ops.Sigmoid.apply(self)
+    def relu(self): return ops.Relu.apply(self)
+    def abs(self): return ops.Abs.apply(self)
+
+    def gelu(self, approximate: str = "none") -> "Tensor":
+        """GELU, exact (x·Φ(x)) or its tanh approximation, both as in PyTorch."""
+        return ops.Gelu.apply(self, approximate=approximate)
+
+    # -- reductions --------------------------------------------------------------------
+    def sum(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
+        return ops.Sum.apply(self, axis=ops.normalize_axis(axis, self.ndim), keepdims=keepdims)
+
+    def mean(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
+        axes = ops.normalize_axis(axis, self.ndim)
+        count = int(np.prod([self.shape[a] for a in axes])) if axes else 1
+        return self.sum(axes, keepdims) * (1.0 / count)
+
+    def var(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
+        """Population variance (NumPy's ddof=0), computed in two passes for accuracy."""
+        centred = self - self.mean(axis, keepdims=True)
+        return (centred * centred).mean(axis, keepdims)
+
+    def max(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
+        return ops.Max.apply(self, axis=ops.normalize_axis(axis, self.ndim), keepdims=keepdims)
+
+    def sum_to(self, shape: tuple) -> "Tensor":
+        """Sum over the axes that broadcasting added or stretched, giving `shape`."""
+        return ops.sum_to(self, tuple(shape))
+
+    # -- shape --------------------------------------------------------------------------
+    def reshape(self, *shape) -> "Tensor":
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return ops.Reshape.apply(self, shape=tuple(shape))
+
+    def transpose(self, *axes) -> "Tensor":
+        """NumPy semantics: no axes reverses them all."""
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return ops.Transpose.apply(self, axes=tuple(axes) or tuple(reversed(range(self.ndim))))
+
+    @property
+    def T(self) -> "Tensor":
+        return self.transpose()
+
+    def swapaxes(self, a: int, b: int) -> "Tensor":
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return ops.Transpose.apply(self, axes=tuple(axes))
+
+    def expand(self, *shape) -> "Tensor":
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return ops.Expand.apply(self, shape=tuple(shape))
+
+    def __getitem__(self, index) -> "Tensor":
+        return ops.getitem(self, index)
+
+    # -- fused ----------------------------------------------------------------------------
+    def softmax(self, axis: int = -1) -> "Tensor":
+        return ops.Softmax.apply(self, axis=axis)
+
+    def log_softmax(self, axis: int = -1) -> "Tensor":
+        return ops.LogSoftmax.apply(self, axis=axis)
+
+    def masked_fill(self, mask: Any, value: float) -> "Tensor":
+        """Put `value` where `mask` (boolean, broadcastable) is True, as in PyTorch."""
+        return ops.masked_fill(self, mask, value)
+
+
+def _host_array(data: Any, dtype: Any) -> np.ndarray:
+    """Host data as a NumPy array following the dtype rules in the class docstring."""
+    if dtype is not None:
+        return np.asarray(data, dtype=dtype)
+    if isinstance(data, (np.ndarray, np.generic)):
+        return np.asarray(data)
+    array = np.asarray(data)
+    return array if array.dtype == np.bool_ else array.astype(DEFAULT_DTYPE)
+
+
+from . import ops  # noqa: E402  (ops import Tensor, so they load after it)
