@@ -6,8 +6,8 @@ from .creation import arange, ones, randn, zeros
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .ops import cat, stack, where
 from .tensor import Tensor
-from . import functional
+from . import functional, nn
 
 __all__ = ["Tensor", "REGISTRY", "no_grad", "enable_grad", "is_grad_enabled", "grad", "DeviceError",
            "default_device", "get_backend", "manual_seed", "set_device", "zeros", "ones", "randn",
-           "arange", "cat", "stack", "where", "gradcheck", "gradgradcheck", "GradcheckError", "functional"]
+           "arange", "cat", "stack", "where", "gradcheck", "gradgradcheck", "GradcheckError", "functional", "nn"]

@@ -1,0 +1,7 @@
+"""Layers and the Module base (`from tinygrad_tx import nn`)."""
+from . import init
+from .layers import Dropout, Embedding, LayerNorm, Linear, parameter
+from .module import Module, ModuleList, Sequential
+
+__all__ = ["Module", "ModuleList", "Sequential", "Linear", "Embedding", "LayerNorm", "Dropout",
+           "parameter", "init"]
