@@ -52,7 +52,8 @@ def gradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1
         def numerical(direction: np.ndarray) -> float:
             step = x.backend.from_host(eps * direction)
             plus, minus = list(xs), list(xs)
-            plus[i], minus[i] = Tensor(x.data + step), Tensor(x.data - step)
+            plus[i] = Tensor(x.data + step, requires_grad=True)  # fn may differentiate it (gradgradcheck)
+            minus[i] = Tensor(x.data - step, requires_grad=True)
             return (_value(loss(plus)) - _value(loss(minus))) / (2 * eps)
 
         if x.size <= max_elements:

@@ -28,8 +28,8 @@ class Tensor:
     arrays keep their dtype (float64 stays float64, integer ids stay integer).
     """
 
-    __slots__ = ("_data", "backend", "requires_grad", "grad", "grad_fn", "name", "_version",
-                 "_hooks", "__weakref__")
+    # class-level defaults: a tensor made by an op sets only `data` and `backend` (it is made often)
+    requires_grad, grad, grad_fn, name, _version, _hooks = False, None, None, None, 0, ()
     __array_ufunc__ = None  # `numpy_array * tensor` defers to Tensor.__rmul__
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None,
@@ -48,61 +48,56 @@ class Tensor:
                 array = backend.cast(array, dtype)
         if requires_grad and not _is_float(array.dtype):
             raise TypeError(f"only floating tensors can require grad; this one is {array.dtype}")
-        self._data, self.backend = array, backend
+        self.data, self.backend = array, backend
         self.requires_grad, self.name = requires_grad, name
-        self.grad = self.grad_fn = None
-        self._version, self._hooks = 0, ()
 
     @classmethod
     def _from_op(cls, data: Any, backend: Backend) -> "Tensor":
         """The fast path ops use: wrap an array that is already on `backend`."""
         t = cls.__new__(cls)
-        t._data, t.backend = data, backend
-        t.requires_grad, t.grad, t.grad_fn, t.name = False, None, None, None
-        t._version, t._hooks = 0, ()
+        t.data, t.backend = data, backend
         return t
 
     # -- the array and what describes it ---------------------------------------------
-    @property
-    def data(self) -> Any:
-        return self._data
-
-    @data.setter
-    def data(self, array: Any) -> None:
-        """Replacing the array bumps the version, so a graph that saved the old one notices."""
-        self._data = array
-        self._version += 1
-
     def bump_version(self) -> None:
-        """Record an in-place change of `.data` (optimizers call this after updating)."""
+        """Record an in-place change of `.data` (optimizers call this after updating), so a
+        graph that saved the old values refuses to backpropagate instead of being wrong.
+        (Replacing `.data` with another array is noticed without this.)"""
         self._version += 1
 
-    shape = property(lambda self: tuple(self._data.shape))
-    ndim = property(lambda self: self._data.ndim)
-    size = property(lambda self: self._data.size)
-    dtype = property(lambda self: self._data.dtype)
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Make this leaf require grad (in place) and return it."""
+        if requires_grad and not _is_float(self.dtype):
+            raise TypeError(f"only floating tensors can require grad; this one is {self.dtype}")
+        self.requires_grad = requires_grad
+        return self
+
+    shape = property(lambda self: self.data.shape)
+    ndim = property(lambda self: self.data.ndim)
+    size = property(lambda self: self.data.size)
+    dtype = property(lambda self: self.data.dtype)
     device = property(lambda self: self.backend.name)
     is_leaf = property(lambda self: self.grad_fn is None)
 
     def numpy(self) -> np.ndarray:
         """A host (NumPy) copy of the data."""
-        return np.array(self.backend.to_host(self._data), copy=True)
+        return np.array(self.backend.to_host(self.data), copy=True)
 
     def item(self) -> float | int:
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
-        return self._data.item()
+        return self.data.item()
 
     def detach(self) -> "Tensor":
         """The same data, cut off from the graph."""
-        return Tensor._from_op(self._data, self.backend)
+        return Tensor._from_op(self.data, self.backend)
 
     def to(self, device: str) -> "Tensor":
         """A copy on `device` (a leaf; the same tensor if it is already there)."""
         backend = get_backend(device)
         if backend is self.backend:
             return self
-        moved = Tensor._from_op(backend.from_host(self.backend.to_host(self._data)), backend)
+        moved = Tensor._from_op(backend.from_host(self.backend.to_host(self.data)), backend)
         moved.requires_grad, moved.name = self.requires_grad, self.name
         return moved
 
@@ -134,6 +129,7 @@ class Tensor:
         if grad.shape != self.shape:
             raise RuntimeError(f"backward(): gradient of shape {grad.shape} for a tensor of shape {self.shape}")
         return autograd.run_backward(self, grad, retain_graph, create_graph, inputs)
+
 
     def register_hook(self, hook: Callable[["Tensor"], "Tensor | None"]) -> None:
         """Call `hook(grad)` when this tensor's gradient is ready; a returned tensor replaces it."""
@@ -168,6 +164,8 @@ class Tensor:
 
     def _pair(self, other: Any, op: str) -> tuple["Tensor", "Tensor"]:
         """Both operands of a binary op as tensors of one floating dtype (or both non-float)."""
+        if type(other) is Tensor and other.data.dtype is self.data.dtype:
+            return self, other  # the common case, kept fast: this runs for every + - * /
         other = self._lift(other)
         a, b = self.dtype, other.dtype
         if a != b:
@@ -208,7 +206,7 @@ class Tensor:
     # comparisons give boolean tensors, outside the graph
     def _compare(self, other, compare):
         other = self._lift(other)
-        return Tensor._from_op(compare(self._data, other._data), self.backend)
+        return Tensor._from_op(compare(self.data, other.data), self.backend)
 
     def __lt__(self, o): return self._compare(o, lambda a, b: a < b)
     def __le__(self, o): return self._compare(o, lambda a, b: a <= b)
@@ -220,7 +218,7 @@ class Tensor:
     def __invert__(self):
         if self.dtype != np.bool_:
             raise TypeError(f"~ needs a boolean tensor, not {self.dtype}")
-        return Tensor._from_op(~self._data, self.backend)
+        return Tensor._from_op(~self.data, self.backend)
 
     def __and__(self, o): return self._compare(o, lambda a, b: a & b)
     def __or__(self, o): return self._compare(o, lambda a, b: a | b)
@@ -257,7 +255,7 @@ class Tensor:
 
     def sum_to(self, shape: tuple) -> "Tensor":
         """Sum over the axes that broadcasting added or stretched, giving `shape`."""
-        return ops.sum_to(self, tuple(shape))
+        return autograd.sum_to(self, tuple(shape))
 
     # -- shape --------------------------------------------------------------------------
     def reshape(self, *shape) -> "Tensor":

@@ -73,7 +73,7 @@ class Module:
                 raise ValueError(f"load_state_dict: {name} has shape {array.shape} in the state dict "
                                  f"but {t.shape} in the model")
         for name, t in params.items():  # all checked first: a failed load changes nothing
-            t.data = t.backend.from_host(np.asarray(state[name], dtype=t.dtype))
+            t.data = t.backend.from_host(np.array(state[name], dtype=t.dtype))  # a copy: no shared memory
 
     # -- modes and devices --------------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
@@ -90,6 +90,7 @@ class Module:
         for _, t in self.named_tensors():
             if t.backend is not backend:
                 t.data, t.backend = backend.from_host(t.backend.to_host(t.data)), backend
+                t.grad = None if t.grad is None else t.grad.to(device)
         return self
 
     def zero_grad(self) -> None:

@@ -4,7 +4,7 @@ from .attention import Attention, causal_mask, scaled_dot_product_attention
 from .fused import LayerNorm, LogSoftmax, Softmax
 from .loss import CrossEntropy, cross_entropy
 from .nn import Dropout, Embedding, dropout, embedding
-from .reduce import Expand, Max, Sum, normalize_axis, sum_to
+from .reduce import Expand, Max, Sum, normalize_axis
 from .select import Getitem, MaskedFill, ScatterAdd, Where, getitem, masked_fill, where
 from .shape import Cat, Reshape, Transpose, cat, stack
 from .unary import Abs, Exp, Gelu, Log, Relu, Sigmoid, Sqrt, Tanh

@@ -4,6 +4,8 @@ Inputs may have different (broadcastable) shapes: each backward returns the
 gradient in the broadcast shape and the engine sums it back to each input's
 shape, so no op here repeats that bookkeeping. Gradients are only computed for
 inputs that want one (`needs_grad`): constants such as the 2 in `x * 2` cost nothing.
+Backward formulas use operators only, so they read the same on arrays and on
+Tensors (see `autograd`).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ class Add(Function):
     def forward(self, x, y):
         return x + y
 
-    def backward(self, g):
+    def backward(self, g, x, y):
         return g, g
 
 
@@ -23,7 +25,7 @@ class Sub(Function):
     def forward(self, x, y):
         return x - y
 
-    def backward(self, g):
+    def backward(self, g, x, y):
         return g, (-g if self.needs_grad[1] else None)
 
 
@@ -31,7 +33,7 @@ class Neg(Function):
     def forward(self, x):
         return -x
 
-    def backward(self, g):
+    def backward(self, g, x):
         return (-g,)
 
 
@@ -39,8 +41,7 @@ class Mul(Function):
     def forward(self, x, y):
         return x * y
 
-    def backward(self, g):
-        x, y = self.inputs
+    def backward(self, g, x, y):
         gx = g * y if self.needs_grad[0] else None
         gy = g * x if self.needs_grad[1] else None
         return gx, gy
@@ -50,8 +51,7 @@ class Div(Function):
     def forward(self, x, y):
         return x / y
 
-    def backward(self, g):
-        x, y = self.inputs
+    def backward(self, g, x, y):
         gx = g / y
         gy = -gx * x / y if self.needs_grad[1] else None  # d(x/y)/dy = -x/y²
         return gx, gy
@@ -64,8 +64,8 @@ class PowScalar(Function):
         self.exponent = exponent
         return x ** exponent
 
-    def backward(self, g):
-        (x,), c = self.inputs, self.exponent
+    def backward(self, g, x):
+        c = self.exponent
         return (g * c * x ** (c - 1),)
 
 
@@ -76,10 +76,9 @@ class Pow(Function):
     def forward(self, x, y):
         return x ** y
 
-    def backward(self, g):
-        x, y = self.inputs
+    def backward(self, g, x, y):
         gx = g * y * x ** (y - 1) if self.needs_grad[0] else None
-        gy = g * x ** y * x.log() if self.needs_grad[1] else None
+        gy = g * x ** y * self.xp.log(x) if self.needs_grad[1] else None
         return gx, gy
 
 
@@ -89,8 +88,8 @@ class Cast(Function):
     def forward(self, x, dtype):
         return self.backend.cast(x, dtype)
 
-    def backward(self, g):
-        return (g.astype(self.inputs[0].dtype),)
+    def backward(self, g, x):
+        return (g.astype(x.dtype),)
 
 
 class MatMul(Function):
@@ -99,8 +98,7 @@ class MatMul(Function):
     def forward(self, x, y):
         return x @ y
 
-    def backward(self, g):  # g: (..., n, m)
-        x, y = self.inputs
+    def backward(self, g, x, y):  # g: (..., n, m)
         gx = g @ y.swapaxes(-1, -2) if self.needs_grad[0] else None  # (..., n, k)
         gy = x.swapaxes(-1, -2) @ g if self.needs_grad[1] else None  # (..., k, m)
         return gx, gy

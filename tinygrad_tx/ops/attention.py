@@ -17,7 +17,6 @@ import numpy as np
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .select import as_mask
-from .unary import constant
 
 
 def attention_weights(xp, q, k, keep, scale):
@@ -35,7 +34,7 @@ def attention_weights(xp, q, k, keep, scale):
 
 class Attention(OnceDifferentiable):
     def forward(self, q, k, v, keep, dropout_p, scale):
-        p = self.p = attention_weights(self.backend.xp, q, k, keep, scale)  # (..., Tq, Tk)
+        p = self.p = attention_weights(self.xp, q, k, keep, scale)  # (..., Tq, Tk)
         if dropout_p > 0:
             self.drop = (self.backend.uniform(p.shape, p.dtype) >= dropout_p) * p.dtype.type(1 / (1 - dropout_p))
             p = p * self.drop
@@ -44,9 +43,8 @@ class Attention(OnceDifferentiable):
         self.p_used, self.scale = p, scale
         return p @ v  # (..., Tq, d_v)
 
-    def backward(self, g):
-        q, k, v = (t.data for t in self.inputs)
-        g, p, p_used = g.data, self.p, self.p_used
+    def backward(self, g, q, k, v):
+        p, p_used = self.p, self.p_used
         gv = p_used.swapaxes(-1, -2) @ g if self.needs_grad[2] else None  # (..., Tk, d_v)
         gp = g @ v.swapaxes(-1, -2)  # (..., Tq, Tk)
         if self.drop is not None:
@@ -55,7 +53,7 @@ class Attention(OnceDifferentiable):
         gs *= q.dtype.type(self.scale)
         gq = gs @ k if self.needs_grad[0] else None  # (..., Tq, d)
         gk = gs.swapaxes(-1, -2) @ q if self.needs_grad[1] else None  # (..., Tk, d)
-        return tuple(None if a is None else constant(self, a) for a in (gq, gk, gv))
+        return gq, gk, gv
 
 
 @lru_cache(maxsize=64)

@@ -8,42 +8,37 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
-from .unary import constant
 
 
 class Softmax(OnceDifferentiable):
     """y = exp(x - max x) / Σ exp(x - max x); subtracting the max keeps exp from overflowing."""
 
     def forward(self, x, axis):
-        xp = self.backend.xp
-        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e = self.xp.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
         self.y, self.axis = e, axis
         return e
 
-    def backward(self, g):
+    def backward(self, g, x):
         # dL/dx_i = y_i (g_i - Σ_j g_j y_j): the Σ term is softmax's off-diagonal Jacobian
-        y, g = self.y, g.data
+        y = self.y
         gy = g * y
-        gx = gy - y * gy.sum(axis=self.axis, keepdims=True)
-        return (constant(self, gx),)
+        return (gy - y * gy.sum(axis=self.axis, keepdims=True),)
 
 
 class LogSoftmax(OnceDifferentiable):
     """y = x - logsumexp(x), the logsumexp taken around the max for stability."""
 
     def forward(self, x, axis):
-        xp = self.backend.xp
+        xp = self.xp
         shifted = x - x.max(axis=axis, keepdims=True)
         y = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
         self.y, self.axis = y, axis
         return y
 
-    def backward(self, g):
+    def backward(self, g, x):
         # dL/dx = g - softmax(x) Σ g
-        g = g.data
-        gx = g - self.backend.xp.exp(self.y) * g.sum(axis=self.axis, keepdims=True)
-        return (constant(self, gx),)
+        return (g - self.xp.exp(self.y) * g.sum(axis=self.axis, keepdims=True),)
 
 
 class LayerNorm(OnceDifferentiable):
@@ -56,20 +51,18 @@ class LayerNorm(OnceDifferentiable):
     """
 
     def forward(self, x, w, b, eps):
-        xp = self.backend.xp
         centred = x - x.mean(axis=-1, keepdims=True)
         var = (centred * centred).mean(axis=-1, keepdims=True)
-        self.rstd = 1 / xp.sqrt(var + eps)  # (..., 1)
+        self.rstd = 1 / self.xp.sqrt(var + eps)  # (..., 1)
         self.x_hat = centred * self.rstd  # (..., D)
-        self.w = w
         return self.x_hat * w + b
 
-    def backward(self, g):
-        g, x_hat, rstd = g.data, self.x_hat, self.rstd
+    def backward(self, g, x, w, b):
+        x_hat, rstd = self.x_hat, self.rstd
         lead = tuple(range(g.ndim - 1))
         gw = (g * x_hat).sum(axis=lead) if self.needs_grad[1] else None  # (D,)
         gb = g.sum(axis=lead) if self.needs_grad[2] else None  # (D,)
-        g_hat = g * self.w  # (..., D)
+        g_hat = g * w  # (..., D)
         gx = rstd * (g_hat - g_hat.mean(axis=-1, keepdims=True)
                      - x_hat * (g_hat * x_hat).mean(axis=-1, keepdims=True))
-        return tuple(None if a is None else constant(self, a) for a in (gx, gw, gb))
+        return gx, gw, gb

@@ -7,7 +7,6 @@ import numpy as np
 
 from ..autograd import Function, OnceDifferentiable
 from ..tensor import Tensor
-from .unary import constant
 
 
 def check_ids(ids: Any, size: int, op: str) -> None:
@@ -33,16 +32,15 @@ class Embedding(OnceDifferentiable):
     so an id used twice in a batch receives both gradients."""
 
     def forward(self, weight, ids, padding_idx):
-        self.ids, self.padding_idx = ids, padding_idx
+        self.padding_idx = padding_idx
         return weight[ids]  # (..., D)
 
-    def backward(self, g):
-        weight = self.inputs[0]
-        gw = self.backend.xp.zeros(weight.shape, dtype=g.dtype)  # (num, D)
-        self.backend.scatter_add(gw, self.ids.reshape(-1), g.data.reshape(-1, weight.shape[1]))
+    def backward(self, g, weight, ids):
+        gw = self.xp.zeros(weight.shape, dtype=g.dtype)  # (num, D)
+        self.backend.scatter_add(gw, ids.reshape(-1), g.reshape(-1, weight.shape[1]))
         if self.padding_idx is not None:
             gw[self.padding_idx] = 0  # the padding row stays as it is, as in PyTorch
-        return constant(self, gw), None
+        return gw, None
 
 
 def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
@@ -61,8 +59,8 @@ class Dropout(Function):
         self.scaled_keep = keep * x.dtype.type(1 / (1 - p))
         return x * self.scaled_keep
 
-    def backward(self, g):
-        return (g * constant(self, self.scaled_keep),)
+    def backward(self, g, x):
+        return (g * self.scaled_keep,)
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:

@@ -2,15 +2,13 @@
 
 Sum and Expand are each other's gradient: summing copies a gradient to every
 summed element (an expand), expanding adds up the gradients of the copies (a
-sum). `sum_to` is the engine's one mechanism for undoing broadcasting.
+sum, done by the engine's `sum_to`).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..autograd import Function
-from ..tensor import Tensor
-from .unary import constant
+from ..autograd import Function, sum_to
 
 
 def normalize_axis(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
@@ -31,47 +29,32 @@ def kept_shape(shape: tuple, axes: tuple) -> tuple:
 
 class Sum(Function):
     def forward(self, x, axis, keepdims):
-        self.axis, self.keepdims = axis, keepdims
+        self.axis = axis
         return x.sum(axis=axis, keepdims=keepdims)
 
-    def backward(self, g):
-        (x,) = self.inputs
-        return (g.reshape(kept_shape(x.shape, self.axis)).expand(x.shape),)
+    def backward(self, g, x):
+        return (self.xp.broadcast_to(g.reshape(kept_shape(x.shape, self.axis)), x.shape),)
 
 
 class Max(Function):
     """Maximum; the gradient goes to the maximal elements, split evenly between ties."""
 
     def forward(self, x, axis, keepdims):
-        self.axis, self.keepdims = axis, keepdims
-        return x.max(axis=axis, keepdims=keepdims)
+        self.axis = axis
+        top = x.max(axis=axis, keepdims=True)
+        is_max = x == top
+        self.share = is_max / is_max.sum(axis=axis, keepdims=True).astype(x.dtype)  # 1/k on k ties
+        return top if keepdims else top.reshape([n for i, n in enumerate(x.shape) if i not in axis])
 
-    def backward(self, g):
-        x = self.inputs[0].data
-        is_max = x == x.max(axis=self.axis, keepdims=True)
-        share = is_max / is_max.sum(axis=self.axis, keepdims=True)
-        g = g.reshape(kept_shape(x.shape, self.axis)).expand(x.shape)
-        return (g * constant(self, share.astype(x.dtype, copy=False)),)
+    def backward(self, g, x):
+        return (g.reshape(kept_shape(x.shape, self.axis)) * self.share,)
 
 
 class Expand(Function):
     """Broadcast to a larger shape (a read-only view: no memory is copied)."""
 
     def forward(self, x, shape):
-        return self.backend.xp.broadcast_to(x, shape)
+        return self.xp.broadcast_to(x, shape)
 
-    def backward(self, g):
-        return (g.sum_to(self.inputs[0].shape),)
-
-
-def sum_to(t: Tensor, shape: tuple) -> Tensor:
-    """Sum `t` over the axes broadcasting added (leading) or stretched (size 1 in `shape`)."""
-    lead = t.ndim - len(shape)
-    if lead < 0:
-        raise ValueError(f"cannot sum a tensor of shape {t.shape} to the larger shape {shape}")
-    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and t.shape[lead + i] != 1)
-    axes = tuple(range(lead)) + stretched
-    if not axes:
-        return t
-    summed = Sum.apply(t, axis=axes, keepdims=True)
-    return summed.reshape(shape) if lead else summed
+    def backward(self, g, x):
+        return (sum_to(g, x.shape),)

@@ -21,24 +21,31 @@ class Getitem(Function):
         self.index, self.advanced = index, advanced
         return x[index]
 
-    def backward(self, g):
-        return (ScatterAdd.apply(g, shape=self.inputs[0].shape, index=self.index, advanced=self.advanced),)
+    def backward(self, g, x):
+        if isinstance(g, Tensor):  # create_graph: the scatter is recorded as an op of its own
+            return (ScatterAdd.apply(g, shape=x.shape, index=self.index, advanced=self.advanced),)
+        return (scatter(self.backend, g, x.shape, self.index, self.advanced),)
+
+
+def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool) -> Any:
+    """Zeros of `shape` with g added at `index`: where each picked element came from."""
+    out = backend.xp.zeros(shape, dtype=g.dtype)
+    if advanced:
+        backend.scatter_add(out, index, g)  # repeated indices accumulate
+    else:
+        out[index] = g  # slices and ints never repeat an element
+    return out
 
 
 class ScatterAdd(Function):
-    """Getitem's gradient: zeros of the source shape with g added at `index`."""
+    """Getitem's gradient as an op (used under create_graph); its own gradient is Getitem."""
 
     def forward(self, g, shape, index, advanced):
         self.index, self.advanced = index, advanced
-        out = self.backend.xp.zeros(shape, dtype=g.dtype)
-        if advanced:
-            self.backend.scatter_add(out, index, g)  # repeated indices accumulate
-        else:
-            out[index] = g  # slices and ints never repeat an element
-        return out
+        return scatter(self.backend, g, shape, index, advanced)
 
-    def backward(self, gg):
-        return (Getitem.apply(gg, index=self.index, advanced=self.advanced),)
+    def backward(self, gg, g):
+        return (gg[self.index],)
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
@@ -123,10 +130,10 @@ class MaskedFill(Function):
 
     def forward(self, x, mask, value):
         self.mask = mask
-        return self.backend.xp.where(mask, x.dtype.type(value), x)
+        return self.xp.where(mask, x.dtype.type(value), x)
 
-    def backward(self, g):
-        return (MaskedFill.apply(g, mask=self.mask, value=0),)
+    def backward(self, g, x):
+        return (self.xp.where(self.mask, 0, g),)
 
 
 def masked_fill(x: Tensor, mask: Any, value: float) -> Tensor:
@@ -143,11 +150,11 @@ class Where(Function):
 
     def forward(self, a, b, cond):
         self.cond = cond
-        return self.backend.xp.where(cond, a, b)
+        return self.xp.where(cond, a, b)
 
-    def backward(self, g):
-        ga = MaskedFill.apply(g, mask=~self.cond, value=0) if self.needs_grad[0] else None
-        gb = MaskedFill.apply(g, mask=self.cond, value=0) if self.needs_grad[1] else None
+    def backward(self, g, a, b):
+        ga = self.xp.where(self.cond, g, 0) if self.needs_grad[0] else None
+        gb = self.xp.where(self.cond, 0, g) if self.needs_grad[1] else None
         return ga, gb
 
 

@@ -12,8 +12,8 @@ class Reshape(Function):
     def forward(self, x, shape):
         return x.reshape(shape)
 
-    def backward(self, g):
-        return (g.reshape(self.inputs[0].shape),)
+    def backward(self, g, x):
+        return (g.reshape(x.shape),)
 
 
 class Transpose(Function):
@@ -23,7 +23,7 @@ class Transpose(Function):
         self.axes = axes
         return x.transpose(axes)
 
-    def backward(self, g):
+    def backward(self, g, x):
         inverse = sorted(range(len(self.axes)), key=self.axes.__getitem__)
         return (g.transpose(inverse),)
 
@@ -33,11 +33,11 @@ class Cat(Function):
 
     def forward(self, *xs, axis):
         self.axis = axis
-        return self.backend.xp.concatenate(xs, axis=axis)
+        return self.xp.concatenate(xs, axis=axis)
 
-    def backward(self, g):
+    def backward(self, g, *xs):
         grads, start = [], 0
-        for x in self.inputs:
+        for x in xs:
             stop = start + x.shape[self.axis]
             grads.append(g[(slice(None),) * self.axis + (slice(start, stop),)])
             start = stop

@@ -1,84 +1,77 @@
 """Elementwise functions: exp, log, sqrt, tanh, sigmoid, relu, abs, gelu.
 
-Backward recomputes what it needs from the input tensor (`x.exp()`, `x.tanh()`)
-instead of keeping the output array: that keeps each node free of a reference
-to its own output, and written in Tensor ops it is differentiable again.
+Backward recomputes what it needs from the input (`xp.tanh(x)`) instead of
+keeping the output: written with `self.xp`, the same line then serves the fast
+array backward and the recorded Tensor backward of `create_graph=True`.
 """
 from __future__ import annotations
 
 import math
 
-from ..autograd import OnceDifferentiable, Function
-from ..tensor import Tensor
-
-
-def constant(fn: Function, array) -> Tensor:
-    """A gradient-free tensor on the op's device (a mask or a sign, say)."""
-    return Tensor._from_op(array, fn.backend)
+from ..autograd import Function, OnceDifferentiable
 
 
 class Exp(Function):
     def forward(self, x):
-        return self.backend.xp.exp(x)
+        return self.xp.exp(x)
 
-    def backward(self, g):
-        (x,) = self.inputs
-        return (g * x.exp(),)
+    def backward(self, g, x):
+        return (g * self.xp.exp(x),)
 
 
 class Log(Function):
     def forward(self, x):
-        return self.backend.xp.log(x)
+        return self.xp.log(x)
 
-    def backward(self, g):
-        (x,) = self.inputs
+    def backward(self, g, x):
         return (g / x,)
 
 
 class Sqrt(Function):
     def forward(self, x):
-        return self.backend.xp.sqrt(x)
+        return self.xp.sqrt(x)
 
-    def backward(self, g):
-        (x,) = self.inputs
-        return (g * 0.5 / x.sqrt(),)
+    def backward(self, g, x):
+        return (g * 0.5 / self.xp.sqrt(x),)
 
 
 class Tanh(Function):
     def forward(self, x):
-        return self.backend.xp.tanh(x)
+        return self.xp.tanh(x)
 
-    def backward(self, g):
-        t = self.inputs[0].tanh()
+    def backward(self, g, x):
+        t = self.xp.tanh(x)
         return (g * (1 - t * t),)
+
+
+def sigmoid(xp, x):
+    """1 / (1 + e^-x), in its tanh form, which never overflows."""
+    return 0.5 * (xp.tanh(0.5 * x) + 1)
 
 
 class Sigmoid(Function):
     def forward(self, x):
-        # tanh form: no overflow warning from exp(-x) at large negative x
-        return 0.5 * (self.backend.xp.tanh(0.5 * x) + 1)
+        return sigmoid(self.xp, x)
 
-    def backward(self, g):
-        s = self.inputs[0].sigmoid()
+    def backward(self, g, x):
+        s = sigmoid(self.xp, x)
         return (g * s * (1 - s),)
 
 
 class Relu(Function):
     def forward(self, x):
-        return self.backend.xp.maximum(x, 0)
+        return self.xp.maximum(x, 0)
 
-    def backward(self, g):
-        (x,) = self.inputs
-        return (g * constant(self, x.data > 0),)
+    def backward(self, g, x):
+        return (g * (x > 0),)
 
 
 class Abs(Function):
     def forward(self, x):
-        return self.backend.xp.abs(x)
+        return self.xp.abs(x)
 
-    def backward(self, g):
-        (x,) = self.inputs
-        return (g * constant(self, self.backend.xp.sign(x.data)),)
+    def backward(self, g, x):
+        return (g * self.xp.sign(x),)
 
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -90,21 +83,17 @@ class Gelu(OnceDifferentiable):
     def forward(self, x, approximate="none"):
         if approximate not in ("none", "tanh"):
             raise ValueError(f'gelu: approximate must be "none" or "tanh", not {approximate!r}')
-        self.x, self.approximate = x, approximate
-        xp = self.backend.xp
+        self.approximate = approximate
         if approximate == "tanh":
-            self.t = xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
+            self.t = self.xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
             return 0.5 * x * (1 + self.t)
         self.cdf = 0.5 * (1 + self.backend.erf(x * (1 / math.sqrt(2))))  # Φ(x)
         return x * self.cdf
 
-    def backward(self, g):
-        x, xp = self.x, self.backend.xp
+    def backward(self, g, x):
         if self.approximate == "tanh":
             t = self.t
-            du = SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
-            gx = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du
-        else:
-            pdf = xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))  # φ(x)
-            gx = self.cdf + x * pdf
-        return (constant(self, g.data * gx.astype(g.dtype, copy=False)),)
+            du = SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)  # d/dx of tanh's argument
+            return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du),)
+        pdf = self.xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))  # φ(x)
+        return (g * (self.cdf + x * pdf),)

@@ -1,0 +1,236 @@
+"""Optimizers (SGD, Adam, AdamW) and gradient clipping; learning-rate schedules live in
+`schedules.py` and are exported from here.
+
+An optimizer holds a list of parameters and, for each, a little state (Adam's two
+running averages). `step()` reads every parameter's `.grad` and changes its `.data`:
+
+- on raw backend arrays, so no graph is recorded (an update is not something we
+  differentiate) and the same code runs on NumPy and CuPy (`xp`);
+- in place, with state arrays allocated once and updated with `*=` / `+=`, so a step
+  allocates only short-lived temporaries, in the parameter's own dtype (Python-float
+  scalars keep float32 arrays float32);
+- followed by `p.bump_version()`, so a graph that saved the old values refuses to
+  backpropagate through them instead of giving a silently wrong gradient.
+
+The update rules are PyTorch's, term for term, so a trajectory matches torch.optim to
+rounding error. One deliberate difference: Adam's step counter `t` counts `step()`
+calls, one for all parameters (PyTorch keeps one per parameter; the two differ only
+for a parameter that had no gradient on some steps).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+from .backend import backend_of
+from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
+from .tensor import Tensor
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm",
+           "LRSchedule", "LambdaLR", "NoamSchedule", "WarmupCosine"]
+
+
+class Optimizer:
+    """The base: parameters, the step counter, state and its (de)serialisation.
+
+    A subclass lists its hyper-parameters (saved by `state_dict`) and implements
+    `_update(param, grad, state, xp)` for one parameter's raw arrays.
+    """
+
+    hyperparameters: tuple[str, ...] = ("lr",)
+
+    def __init__(self, params: Iterable[Tensor], lr: float):
+        if lr < 0:
+            raise ValueError(f"learning rate must be >= 0, not {lr}")
+        self.params = _unique_params(params)
+        self.lr = lr  # read at every step, so a schedule may change it
+        self.t = 0  # number of step() calls so far
+        self.state: dict[int, dict[str, Any]] = {}  # params[i] -> its arrays, made at its first update
+
+    def zero_grad(self) -> None:
+        """Forget the gradients (None rather than zeros: nothing to add into, nothing to allocate)."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient; those without one are left alone."""
+        self.t += 1
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            self._update(p.data, p.grad.data, self._state(i, p), p.backend.xp)
+            p.bump_version()
+
+    def _update(self, param: Any, grad: Any, state: dict[str, Any], xp: Any) -> None:
+        """Change `param` in place. `grad` may be shared with other tensors: never write into it."""
+        raise NotImplementedError
+
+    def _state(self, i: int, p: Tensor) -> dict[str, Any]:
+        """The state arrays of params[i], moved along if `module.to()` moved the parameter."""
+        state = self.state.setdefault(i, {})
+        for name, array in list(state.items()):
+            if not isinstance(array, p.backend.array_type):
+                state[name] = p.backend.from_host(backend_of(array).to_host(array))
+        return state
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Host copies of everything a resumed run needs (ready for `tx.save`)."""
+        return {
+            "optimizer": type(self).__name__,
+            "t": self.t,
+            "num_params": len(self.params),
+            "hyperparameters": {name: getattr(self, name) for name in self.hyperparameters},
+            "state": {str(i): {name: np.array(backend_of(a).to_host(a)) for name, a in arrays.items()}
+                      for i, arrays in self.state.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict()` (also one that went through tx.save / tx.load).
+
+        Everything is checked before anything changes, so a failed load leaves the
+        optimizer as it was.
+        """
+        name = type(self).__name__
+        if state["optimizer"] != name:
+            raise ValueError(f"load_state_dict: the state is {state['optimizer']}'s, not {name}'s")
+        if state["num_params"] != len(self.params):
+            raise ValueError(f"load_state_dict: the state is for {state['num_params']} parameters, "
+                             f"this optimizer has {len(self.params)}")
+        for key, arrays in state["state"].items():
+            p = self.params[int(key)]
+            for array_name, array in arrays.items():
+                if np.shape(array) != p.shape:
+                    raise ValueError(f"load_state_dict: {array_name!r} of parameter {key} has shape "
+                                     f"{np.shape(array)}, the parameter {p.shape}")
+        self.t = int(state["t"])
+        for key, value in state["hyperparameters"].items():
+            setattr(self, key, tuple(value) if isinstance(value, list) else value)  # JSON made betas a list
+        self.state = {}
+        for key, arrays in state["state"].items():
+            p = self.params[int(key)]
+            self.state[int(key)] = {array_name: p.backend.from_host(np.array(array, dtype=p.dtype))
+                                    for array_name, array in arrays.items()}
+
+
+def _unique_params(params: Iterable[Tensor]) -> list[Tensor]:
+    """The parameters as a list, each once (tied weights must not be updated twice)."""
+    unique: dict[int, Tensor] = {}
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"optimizer: parameter {i} is a {type(p).__name__}, not a Tensor "
+                            "(pass model.parameters())")
+        if not p.requires_grad:
+            raise ValueError(f"optimizer: parameter {i} (shape {p.shape}) has requires_grad=False, "
+                             "so it would never get a gradient")
+        if not p.is_leaf:
+            raise ValueError(f"optimizer: parameter {i} (shape {p.shape}) is not a leaf: it was computed "
+                             "from other tensors, so its gradient is not kept")
+        unique.setdefault(id(p), p)
+    if not unique:
+        raise ValueError("optimizer got an empty parameter list")
+    return list(unique.values())
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with PyTorch's momentum, dampening, weight decay, Nesterov:
+
+        g  = grad + weight_decay · p
+        b  = g at the first update, then  b = momentum · b + (1 - dampening) · g
+        p -= lr · (g + momentum · b   if nesterov else   b)       (just lr · g without momentum)
+    """
+
+    hyperparameters = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+
+    def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
+        super().__init__(params, lr)
+        self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
+
+    def _update(self, param, grad, state, xp):
+        if self.weight_decay:
+            grad = grad + self.weight_decay * param
+        if self.momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                state["momentum_buffer"] = buf = grad.copy()  # PyTorch starts the average at g, not 0
+            else:
+                buf *= self.momentum
+                buf += (1 - self.dampening) * grad
+            grad = grad + self.momentum * buf if self.nesterov else buf
+        param -= self.lr * grad
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba, 2015) with PyTorch's update; t counts step() calls from 1:
+
+        g  = grad + weight_decay · p        (L2 penalty; AdamW decouples it instead)
+        m  = β1 · m + (1 - β1) · g          running mean of gradients
+        v  = β2 · v + (1 - β2) · g²         running mean of squared gradients
+        m̂ = m / (1 - β1^t)                 bias correction: m and v start at 0, so early
+        v̂ = v / (1 - β2^t)                 averages are too small by exactly these factors
+        p -= lr · m̂ / (√v̂ + eps)
+    """
+
+    hyperparameters = ("lr", "betas", "eps", "weight_decay")
+    decoupled_weight_decay = False
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0):
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), not {betas}")
+        super().__init__(params, lr)
+        self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
+
+    def _update(self, param, grad, state, xp):
+        beta1, beta2 = self.betas
+        if self.decoupled_weight_decay:
+            param *= 1 - self.lr * self.weight_decay
+        elif self.weight_decay:
+            grad = grad + self.weight_decay * param
+        if not state:
+            state["m"], state["v"] = xp.zeros_like(param), xp.zeros_like(param)
+        m, v = state["m"], state["v"]
+        m *= beta1
+        m += (1 - beta1) * grad
+        v *= beta2
+        v += (1 - beta2) * grad * grad
+        bias1, bias2 = 1 - beta1 ** self.t, 1 - beta2 ** self.t
+        denom = xp.sqrt(v) / math.sqrt(bias2) + self.eps  # √v̂ + eps
+        param -= (self.lr / bias1) * (m / denom)  # lr · m̂ / (√v̂ + eps)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): p -= lr · weight_decay · p
+    before the Adam step. Folded into the gradient (Adam's L2), the decay would be divided
+    by √v̂ and so would barely shrink the weights whose gradients are large."""
+
+    decoupled_weight_decay = True
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+
+def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:
+    """Scale all gradients together so their global L2 norm is at most `max_norm`, as
+    torch.nn.utils.clip_grad_norm_ does; returns the norm before clipping.
+
+    One norm over all parameters keeps the update's direction. The scaled gradients are
+    new arrays rather than written in place: the engine may hand one gradient array to
+    two parameters (`a + b` passes the same gradient to both), which would be scaled twice.
+    """
+    grads = [p for p in {id(p): p for p in params}.values() if p.grad is not None]  # tied: once
+    if not grads:
+        return 0.0
+    squares = sum(p.grad.backend.xp.sum(p.grad.data * p.grad.data, dtype=np.float64) for p in grads)
+    total = math.sqrt(float(squares))  # the one host synchronisation
+    scale = max_norm / (total + 1e-6)  # PyTorch's 1e-6 keeps a zero norm from dividing by zero
+    if scale < 1.0:
+        for p in grads:
+            p.grad = Tensor._from_op(p.grad.data * scale, p.grad.backend)
+    return total

@@ -1,0 +1,168 @@
+"""`tx.save(state, path)` and `tx.load(path)`: nested state (weights, optimizer state,
+configs) in one `.npz` file.
+
+The file is a zip archive of `.npy` arrays, exactly what `np.savez` writes. Each array
+is stored under its path in the nesting, keys joined by "/" ("model/encoder.0.weight").
+Everything that is not an array (the shape of the nesting, and the numbers, strings
+and lists in it) goes into one JSON entry, `__tinygrad_tx__`, so `load` rebuilds the
+same structure. Tensors come back as NumPy arrays and tuples as lists.
+
+Safety: arrays are read with `allow_pickle=False` and the rest is JSON, so loading a
+file never runs code from it. Saving writes a temporary file in the same directory,
+flushes it to disk, then renames it over the target (atomic on POSIX and Windows): a
+crash mid-save leaves the previous file as it was.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import zipfile
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .tensor import Tensor
+
+SEPARATOR = "/"
+META_KEY = "__tinygrad_tx__"
+FORMAT, VERSION = "tinygrad_tx.save", 1
+
+__all__ = ["save", "load", "LoadError"]
+
+
+class LoadError(ValueError):
+    """`load` cannot use the file: truncated, corrupt, unsafe, or not written by `save`."""
+
+
+def save(state: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write `state` (a nested dict of arrays, Tensors, numbers, strings, None, lists) to `path`.
+
+    `path` is used as given (no ".npz" is appended). Keys must be non-empty strings
+    without "/"; arrays of Python objects are refused (only pickle could store them).
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"tx.save: state must be a dict, not {type(state).__name__}")
+    arrays: dict[str, np.ndarray] = {}
+    tree = _encode(state, "", arrays)
+    arrays[META_KEY] = np.array(json.dumps({"format": FORMAT, "version": VERSION, "tree": tree}))
+    _write_atomically(os.fspath(path), arrays)
+
+
+def load(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a file written by `save`, returning the same nesting with NumPy arrays."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"tx.load: no such file: {path}")
+    arrays = _read_npz(path)
+    if META_KEY not in arrays:
+        raise LoadError(f"tx.load: {path} is an .npz archive but was not written by tx.save "
+                        f"(it has no {META_KEY!r} entry)")
+    meta = json.loads(arrays.pop(META_KEY).item())
+    if meta.get("format") != FORMAT or meta.get("version", 0) > VERSION:
+        raise LoadError(f"tx.load: {path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
+                        f"this reader knows {FORMAT!r} up to version {VERSION}")
+    return _decode(meta["tree"], arrays)
+
+
+# -- the nesting <-> flat arrays plus a JSON tree ---------------------------------------
+# Each node of the tree is tagged with its kind: {"dict": {...}}, {"list": [...]},
+# {"array": "entry name"} or {"value": JSON value}, so no user key can be mistaken for markup.
+
+def _encode(value: Any, path: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The tree node for `value`; its arrays go into `arrays` under their paths."""
+    if isinstance(value, dict):
+        return {"dict": {key: _encode(item, _join(path, key), arrays) for key, item in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return {"list": [_encode(item, _join(path, str(i)), arrays) for i, item in enumerate(value)]}
+    if isinstance(value, (Tensor, np.ndarray, np.generic)):
+        array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+        if array.dtype.hasobject:
+            raise TypeError(f"tx.save: {path!r} is an array of Python objects, which only pickle could store")
+        arrays[path] = array
+        return {"array": path}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    raise TypeError(f"tx.save: cannot store a {type(value).__name__} at {path!r}; use arrays, Tensors, "
+                    "numbers, strings, None, and lists or dicts of those")
+
+
+def _join(path: str, key: Any) -> str:
+    """`path/key`, refusing keys that would make two paths collide."""
+    if not isinstance(key, str) or not key or SEPARATOR in key:
+        raise ValueError(f"tx.save: key {key!r} under {path or 'the top level'!r} must be a non-empty "
+                         f"string without {SEPARATOR!r}")
+    if not path and key == META_KEY:
+        raise ValueError(f"tx.save: the top-level key {META_KEY!r} is reserved")
+    return f"{path}{SEPARATOR}{key}" if path else key
+
+
+def _decode(node: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
+    (kind, body), = node.items()
+    if kind == "dict":
+        return {key: _decode(item, arrays) for key, item in body.items()}
+    if kind == "list":
+        return [_decode(item, arrays) for item in body]
+    if kind == "array":
+        return arrays[body]
+    return body
+
+
+# -- the file ---------------------------------------------------------------------------
+
+def _write_npz(file: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
+    """What np.savez does, minus its keyword arguments (a key named "file" would clash)."""
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+
+
+def _write_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write to a temporary file beside `path`, fsync it, then rename it over `path`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(temporary, "xb") as f:
+            _write_npz(f, arrays)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename itself survive a power cut (POSIX; Windows cannot open a directory)."""
+    if os.name == "posix":
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array in the archive, read with allow_pickle=False, or a LoadError that says why not."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if b"PK\x03\x04".startswith(head):  # began like a zip archive, or is empty
+            raise LoadError(f"tx.load: {path} is truncated or corrupt ({e})") from None
+        raise LoadError(f"tx.load: {path} is not a file written by tx.save (not an .npz archive)") from None
+    arrays = {}
+    with archive:
+        for name in archive.namelist():
+            try:
+                with archive.open(name) as member:
+                    arrays[name.removesuffix(".npy")] = np.lib.format.read_array(member, allow_pickle=False)
+            except (zipfile.BadZipFile, EOFError, OSError) as e:
+                raise LoadError(f"tx.load: {path} is truncated or corrupt: entry {name!r}: {e}") from None
+            except ValueError as e:  # numpy refuses object arrays when allow_pickle=False
+                raise LoadError(f"tx.load: {path}: entry {name!r} cannot be loaded safely: {e}") from None
+    return arrays
