@@ -188,10 +188,10 @@ class Adam(Optimizer):
 
     def _update(self, param, grad, state, xp):
         beta1, beta2 = self.betas
-        if self.decoupled_weight_decay:
-            param *= 1 - self.lr * self.weight_decay
+        if self.weight_decay and self.decoupled_weight_decay:
+            param *= 1 - self.lr * self.weight_decay  # AdamW: shrink the weights directly
         elif self.weight_decay:
-            grad = grad + self.weight_decay * param
+            grad = grad + self.weight_decay * param  # Adam: an L2 penalty in the gradient
         if not state:
             state["m"], state["v"] = xp.zeros_like(param), xp.zeros_like(param)
         m, v = state["m"], state["v"]

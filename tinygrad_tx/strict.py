@@ -114,6 +114,8 @@ def _unwrap(value: Any, where: str) -> Any:
 def _wrap(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return StrictArray(value)
+    if isinstance(value, np.generic):  # CuPy gives 0-d device arrays where NumPy gives scalars
+        return StrictArray(np.asarray(value))
     if isinstance(value, tuple):
         return tuple(_wrap(v) for v in value)
     return value

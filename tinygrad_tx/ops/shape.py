@@ -20,7 +20,7 @@ class Transpose(Function):
     """Permute axes (NumPy's `transpose(axes)`); the gradient applies the inverse permutation."""
 
     def forward(self, x, axes):
-        self.axes = axes
+        self.axes = tuple(a % x.ndim for a in axes)  # non-negative, or backward's inverse comes out wrong
         return x.transpose(axes)
 
     def backward(self, g, x):
