@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import operator
+from time import perf_counter
 from typing import Any, Sequence
 
 from .backend import DeviceError
@@ -34,25 +35,37 @@ REGISTRY: dict[str, type["Function"]] = {}
 
 _grad_enabled = True
 
+_observers: list = []
+"""Instruments watching every op (see `tinygrad_tx.inspect`); empty unless one is active,
+so an ordinary run pays one truthiness check per op and one per backward node."""
+
 
 class no_grad(contextlib.ContextDecorator):
-    """Context manager and decorator: ops inside record no graph (inference, optimizer updates)."""
+    """Context manager and decorator: ops inside record no graph (inference, optimizer updates).
+
+    A decorator is one instance entered on every call, also before an earlier call
+    has exited (recursion), so the modes to restore are kept on a stack.
+    """
+
+    enabled = False
+
+    def __init__(self):
+        self._previous: list[bool] = []
 
     def __enter__(self):
         global _grad_enabled
-        self._previous, _grad_enabled = _grad_enabled, False
+        self._previous.append(_grad_enabled)
+        _grad_enabled = self.enabled
 
     def __exit__(self, *exc):
         global _grad_enabled
-        _grad_enabled = self._previous
+        _grad_enabled = self._previous.pop()
 
 
 class enable_grad(no_grad):
     """The opposite of `no_grad`; the engine uses it for `create_graph=True`."""
 
-    def __enter__(self):
-        global _grad_enabled
-        self._previous, _grad_enabled = _grad_enabled, True
+    enabled = True
 
 
 def is_grad_enabled() -> bool:
@@ -97,7 +110,7 @@ class Function:
         fn.backend, fn.xp = backend, backend.xp
         arrays = [t.data for t in inputs]
         try:
-            data = fn.forward(*arrays, **params)
+            data = fn.forward(*arrays, **params) if not _observers else _watch_forward(fn, inputs, arrays, params)
         except (ValueError, IndexError) as e:  # name the op and the shapes, not just NumPy's words
             shapes = ", ".join(str(t.shape) for t in inputs)
             raise type(e)(f"{cls.__name__} on inputs of shape {shapes}: {e}") from None
@@ -197,12 +210,22 @@ def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
     pending = {root.grad_fn: grad if create_graph else grad.data}
     with enable_grad() if create_graph else no_grad():
         for fn in order:
-            g = pending.pop(fn)
+            g = pending.pop(fn, None)
+            if g is None:  # the ops that use its output returned None for it: nothing flows back
+                if not retain_graph:
+                    fn.__dict__.clear()
+                continue
             if fn.hooks:
                 g = _run_hooks(fn.hooks, g, fn.backend)
             if sink.nodes:
                 sink.capture(fn, g)
-            grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
+            if _observers:
+                grads = _watch_backward(fn, g, create_graph)
+            else:
+                grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
+            if len(grads) != len(fn.inputs):
+                raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
+                                   f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
             for t, gt, array, version in zip(fn.inputs, grads, fn.arrays, fn.versions):
                 if t.data is not array or t._version != version:
                     raise RuntimeError(
@@ -228,6 +251,32 @@ def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
             if not retain_graph:
                 fn.__dict__.clear()  # release inputs and saved arrays: their memory can be freed
         return sink.finish(create_graph)
+
+
+def _watch_forward(fn: Function, inputs: Sequence["Tensor"], arrays: list, params: dict) -> Any:
+    """`fn.forward`, timed and shown to every observer: the path ops take while an instrument is on.
+
+    An observer gets `forward(fn, inputs, output_array, seconds, recorded)`, where
+    `recorded` says whether the node will be kept for backward, and may raise.
+    """
+    start = perf_counter()
+    data = fn.forward(*arrays, **params)
+    seconds = perf_counter() - start
+    recorded = _grad_enabled and any(t.requires_grad for t in inputs)
+    for observer in tuple(_observers):
+        observer.forward(fn, inputs, data, seconds, recorded)
+    return data
+
+
+def _watch_backward(fn: Function, g: Any, create_graph: bool) -> tuple:
+    """`fn.backward`, timed and shown to every observer as `backward(fn, g, grads, seconds)`,
+    before the engine reduces the gradients to the inputs' shapes and releases the node."""
+    start = perf_counter()
+    grads = _tensor_backward(fn, g) if create_graph else fn.backward(g, *fn.arrays)
+    seconds = perf_counter() - start
+    for observer in tuple(_observers):
+        observer.backward(fn, g, grads, seconds)
+    return grads
 
 
 def _tensor_backward(fn: Function, g: "Tensor") -> tuple:

@@ -57,8 +57,8 @@ def gradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1
             return (_value(loss(plus)) - _value(loss(minus))) / (2 * eps)
 
         if x.size <= max_elements:
-            probes = ((f"element {tuple(map(int, np.unravel_index(e, x.shape)))}", _one_hot(x.shape, e), g.reshape(-1)[e])
-                      for e in range(x.size))
+            probes = ((f"element {tuple(map(int, np.unravel_index(e, x.shape)))}", _one_hot(x.shape, e),
+                       g.reshape(-1)[e]) for e in range(x.size))
         else:
             probes = ((f"random direction {k}", d, float((g * d).sum()))
                       for k, d in enumerate(rng.standard_normal((n_directions, *x.shape))))

@@ -30,6 +30,7 @@ class Tensor:
 
     # class-level defaults: a tensor made by an op sets only `data` and `backend` (it is made often)
     requires_grad, grad, grad_fn, name, _version, _hooks = False, None, None, None, 0, ()
+    _retains_grad = False  # set by retain_grad(), so that a second call does not count the gradient twice
     __array_ufunc__ = None  # `numpy_array * tensor` defers to Tensor.__rmul__
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None,
@@ -113,8 +114,11 @@ class Tensor:
 
     # -- autograd --------------------------------------------------------------------
     def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        """Accumulate d self / d leaf into every leaf's `.grad` (see `autograd.run_backward`)."""
-        self._backward(grad, retain_graph, create_graph, None)
+        """Accumulate d self / d leaf into every leaf's `.grad` (see `autograd.run_backward`).
+
+        With create_graph=True the graph is kept as well (as in PyTorch): the new
+        `.grad` tensors are computed from it, so differentiating them walks it again."""
+        self._backward(grad, retain_graph or create_graph, create_graph, None)
 
     def _backward(self, grad, retain_graph, create_graph, inputs):
         if not self.requires_grad:
@@ -142,8 +146,9 @@ class Tensor:
 
     def retain_grad(self) -> None:
         """Keep this intermediate tensor's gradient in `.grad` (leaves always keep theirs)."""
-        if self.grad_fn is None:
+        if self.grad_fn is None or self._retains_grad:
             return
+        self._retains_grad = True
         ref = weakref.ref(self)  # a strong reference would be a cycle tensor -> node -> hook -> tensor
 
         def keep(g):
@@ -193,8 +198,8 @@ class Tensor:
     def __truediv__(self, o): return ops.Div.apply(*self._pair(o, "div"))
     def __rtruediv__(self, o): return ops.Div.apply(*reversed(self._pair(o, "div")))
     def __neg__(self): return ops.Neg.apply(self)
-    def __matmul__(self, o): return ops.matmul(self, self._lift(o))
-    def __rmatmul__(self, o): return ops.matmul(self._lift(o), self)
+    def __matmul__(self, o): return ops.matmul(*self._pair(o, "matmul"))
+    def __rmatmul__(self, o): return ops.matmul(*reversed(self._pair(o, "matmul")))
 
     def __pow__(self, exponent):
         if isinstance(exponent, (int, float)):

@@ -49,6 +49,9 @@ def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat needs at least one tensor")
+    dtypes = sorted({str(t.dtype) for t in tensors})
+    if len(dtypes) > 1:  # NumPy would promote, and each input's gradient would come back in the wrong dtype
+        raise TypeError(f"cat: dtype mismatch {' and '.join(dtypes)}; cast with .astype()")
     ndim = tensors[0].ndim
     if not -ndim <= axis < ndim:
         raise ValueError(f"cat: axis {axis} is out of range for {ndim}-dimensional tensors")

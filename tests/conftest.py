@@ -1,0 +1,42 @@
+"""Shared fixtures: the `device` every op test runs on, and PyTorch as an optional oracle."""
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+
+DEVICES = ["cpu", "strict", "cuda"]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    """"cpu" (NumPy), "strict" (NumPy with CuPy's refusals, see tinygrad_tx/strict.py) and
+    "cuda" (CuPy), the last skipped with the reason where CuPy or a GPU is missing."""
+    try:
+        tx.get_backend(request.param)
+    except tx.DeviceError as e:
+        pytest.skip(f"CuPy/GPU not available: {e}")
+    return request.param
+
+
+@pytest.fixture
+def torch():
+    """PyTorch, the reference implementation; tests that use it skip where it is not installed."""
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state():
+    """Tests may change the default device or the seed; give the next test a clean slate."""
+    from tinygrad_tx import autograd, backend
+
+    default = backend._default
+    yield
+    backend._default = default
+    tx.manual_seed(0)
+    enabled, autograd._grad_enabled = autograd._grad_enabled, True
+    assert enabled, "this test left grad mode disabled (a no_grad that did not restore it)"

@@ -1,0 +1,213 @@
+"""Devices: the strict backend's CuPy manners, moving and mixing tensors, choosing the
+default device, CuPy's absence, and the helpers that differ per array library."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from tinygrad_tx import Tensor
+
+INSTALL_HINT = 'pip install "tinygrad-tx[cuda]"'
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+# -- the strict backend behaves like CuPy where it bites --------------------------------
+
+def strict_array(values):
+    return tx.get_backend("strict").from_host(np.asarray(values, dtype=np.float64))
+
+
+def test_strict_arrays_refuse_implicit_conversion_to_numpy():
+    a = strict_array([1.0, 2.0])
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array is not allowed"):
+        np.asarray(a)
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.array(a)
+
+
+def test_strict_arrays_refuse_numpy_functions_and_operands():
+    a = strict_array([1.0, 2.0])
+    with pytest.raises(TypeError, match="numpy.exp called on a strict-backend array"):
+        np.exp(a)
+    with pytest.raises(TypeError, match="numpy.sum"):
+        np.sum(a)
+    with pytest.raises(TypeError, match="NumPy array was mixed"):
+        a + np.ones(2)
+    with pytest.raises(TypeError):
+        np.ones(2) * a
+    with pytest.raises(TypeError, match="NumPy array was mixed"):
+        tx.get_backend("strict").xp.maximum(a, np.zeros(2))
+
+
+def test_strict_arrays_accept_numbers_numpy_scalars_and_explicit_transfers():
+    backend = tx.get_backend("strict")
+    a = strict_array([1.0, 2.0])
+    for result in (a * 2, np.float64(2.0) * a, a * np.float32(2.0), backend.xp.exp(a) * 0 + 2 * a):
+        assert isinstance(result, backend.array_type)
+        np.testing.assert_array_equal(backend.to_host(result), [2.0, 4.0])
+    host = a.get()
+    assert isinstance(host, np.ndarray)
+    host[0] = 99.0  # a copy, as from a GPU
+    np.testing.assert_array_equal(backend.to_host(a), [1.0, 2.0])
+
+
+def test_tensors_on_strict_hold_strict_arrays():
+    t = Tensor([1.0, 2.0], device="strict")
+    assert t.device == "strict"
+    assert isinstance(t.data, tx.get_backend("strict").array_type)
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
+    assert (t * 2).sum().item() == 6.0
+
+
+# -- moving and mixing ------------------------------------------------------------------
+
+def test_round_trip_between_devices():
+    x = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True, name="x")
+    on_strict = x.to("strict")
+    assert on_strict.device == "strict" and on_strict.requires_grad and on_strict.name == "x"
+    assert on_strict.to("strict") is on_strict
+    back = on_strict.to("cpu")
+    assert back.device == "cpu" and back.dtype == np.float64
+    np.testing.assert_array_equal(back.numpy(), x.numpy())
+    moved = Tensor(on_strict.data, device="cpu")  # a device array handed to another device
+    assert moved.device == "cpu" and isinstance(moved.data, np.ndarray)
+    assert Tensor(on_strict.data).device == "strict"  # no device given: it stays where it is
+
+
+def test_gradient_flows_on_the_device_it_was_computed_on():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True, device="strict")
+    (x * x).sum().backward()
+    assert x.grad.device == "strict"
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+MIXED = {
+    "add": lambda a, b: a + b,
+    "mul": lambda a, b: b * a,
+    "matmul": lambda a, b: a.reshape(1, 2) @ b.reshape(2, 1),
+    "cat": lambda a, b: tx.cat([a, b]),
+    "where": lambda a, b: tx.where(np.array([True, False]), a, b),
+    "attention": lambda a, b: F.scaled_dot_product_attention(a.reshape(1, 2), b.reshape(1, 2), b.reshape(1, 2)),
+    "index": lambda a, b: a[Tensor(np.array([0, 1]), device="strict")],
+    "mask": lambda a, b: a.masked_fill(Tensor(np.array([True, False]), device="strict"), 0.0),
+}
+
+
+@pytest.mark.parametrize("op", MIXED)
+def test_mixing_devices_in_one_op_raises(op):
+    a = Tensor(np.array([1.0, 2.0]), device="cpu")
+    b = Tensor(np.array([3.0, 4.0]), device="strict")
+    with pytest.raises(tx.DeviceError) as err:
+        MIXED[op](a, b)
+    assert "cpu" in str(err.value) and "strict" in str(err.value)
+
+
+# -- choosing the device ----------------------------------------------------------------
+
+def test_environment_variable_selects_the_default(monkeypatch):
+    monkeypatch.setenv("TINYGRAD_TX_DEVICE", "strict")
+    assert tx.default_device() == "strict"
+    assert Tensor([1.0]).device == "strict"
+    assert tx.zeros(2).device == "strict" and tx.randn(2).device == "strict" and tx.arange(3).device == "strict"
+    monkeypatch.delenv("TINYGRAD_TX_DEVICE")
+    assert tx.default_device() == "cpu"
+
+
+def test_set_device_overrides_the_environment(monkeypatch):
+    monkeypatch.setenv("TINYGRAD_TX_DEVICE", "cpu")
+    tx.set_device("strict")  # the conftest fixture restores the default afterwards
+    assert tx.default_device() == "strict"
+    assert tx.ones(2, 2).device == "strict"
+    assert Tensor([1.0], device="cpu").device == "cpu"  # an explicit device still wins
+    tx.set_device("cpu")
+    assert Tensor([1.0]).device == "cpu"
+
+
+def test_unknown_device_names_list_the_known_ones():
+    for make in (lambda: Tensor([1.0], device="tpu"), lambda: tx.set_device("tpu"),
+                 lambda: Tensor([1.0]).to("gpu")):
+        with pytest.raises(tx.DeviceError) as err:
+            make()
+        assert all(name in str(err.value) for name in ("'cpu'", "'cuda'", "'strict'"))
+    assert tx.default_device() == "cpu"
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="CuPy is installed here")
+def test_cuda_without_cupy_says_how_to_install_it():
+    with pytest.raises(tx.DeviceError, match="CuPy") as err:
+        tx.get_backend("cuda")
+    assert INSTALL_HINT in str(err.value)
+    with pytest.raises(tx.DeviceError):
+        tx.set_device("cuda")
+    assert tx.default_device() == "cpu"  # no silent fall-back, and no half-made switch either
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="CuPy is installed here")
+def test_cuda_from_the_environment_without_cupy_fails_loudly():
+    env = {**os.environ, "TINYGRAD_TX_DEVICE": "cuda"}
+    result = subprocess.run([sys.executable, "-c", "import tinygrad_tx as tx; tx.Tensor([1.])"],
+                            env=env, capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode != 0
+    assert INSTALL_HINT in result.stderr
+
+
+# -- helpers that differ per array library ------------------------------------------------
+
+def test_scatter_add_accumulates_repeated_indices(device):
+    backend = tx.get_backend(device)
+    target = backend.xp.zeros(5, dtype=np.float64)
+    backend.scatter_add(target, backend.from_host(np.array([1, 1, 3, 1])), backend.from_host(np.array([1.0, 2, 3, 4])))
+    np.testing.assert_array_equal(backend.to_host(target), [0, 7, 0, 3, 0])
+    rows = backend.xp.zeros((3, 2), dtype=np.float64)
+    backend.scatter_add(rows, backend.from_host(np.array([2, 2])), backend.from_host(np.ones((2, 2))))
+    np.testing.assert_array_equal(backend.to_host(rows), [[0, 0], [0, 0], [2, 2]])
+
+
+def test_manual_seed_gives_the_same_numbers_on_every_device():
+    draws = {}
+    for device in ("cpu", "strict"):
+        tx.manual_seed(123)
+        draws[device] = tx.randn(3, 4, device=device).numpy(), F.dropout(tx.ones(50, device=device), 0.5).numpy()
+    for a, b in zip(draws["cpu"], draws["strict"]):
+        np.testing.assert_array_equal(a, b)
+    tx.manual_seed(124)
+    assert not np.array_equal(tx.randn(3, 4).numpy(), draws["cpu"][0])
+
+
+def test_erf_matches_the_standard_library(device):
+    import math
+
+    backend = tx.get_backend(device)
+    x = np.linspace(-4, 4, 9)
+    np.testing.assert_allclose(backend.to_host(backend.erf(backend.from_host(x))), [math.erf(v) for v in x],
+                               rtol=1e-14, atol=1e-16)
+
+
+# -- what a new Tensor holds ----------------------------------------------------------------
+
+def test_dtype_rules_for_new_tensors(device):
+    assert Tensor([1, 2], device=device).dtype == np.float32  # Python data: the default float
+    assert Tensor(3.5, device=device).dtype == np.float32
+    assert Tensor([True, False], device=device).dtype == np.bool_
+    assert Tensor(np.zeros(2), device=device).dtype == np.float64  # arrays keep their dtype
+    assert Tensor(np.zeros(2, np.float32), device=device).dtype == np.float32
+    assert Tensor(np.arange(3), device=device).dtype == np.int64  # ids stay integer
+    assert Tensor([1, 2], dtype=np.int32, device=device).dtype == np.int32
+    assert tx.arange(4, device=device).dtype.kind == "i" and tx.arange(0.0, 1.0, 0.5, device=device).dtype == np.float32
+    assert tx.zeros(2, 3, device=device).shape == (2, 3)
+    assert tx.ones((2, 3), dtype=np.float64, device=device).dtype == np.float64
+
+
+def test_numpy_returns_a_copy(device):
+    t = Tensor(np.array([1.0, 2.0]), device=device)
+    host = t.numpy()
+    host[0] = 50.0
+    assert t.numpy()[0] == 1.0
+    assert Tensor(np.array([[4.5]]), device=device).item() == 4.5

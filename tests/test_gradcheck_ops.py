@@ -1,0 +1,446 @@
+"""Every registered op against central finite differences, on every device.
+
+CASES maps each op in `tx.REGISTRY` to its checks; `test_every_registered_op_has_a_case`
+fails when an op is added without one, and each case must really run its op (the
+graph it builds is searched for it). `tx.gradcheck` backpropagates a random
+upstream gradient (never a plain sum) in float64; the tolerances here are tight.
+Ops written with Tensor backward formulas are also checked to second order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from tinygrad_tx import Tensor
+from tinygrad_tx.ops import ScatterAdd
+
+TIGHT = dict(atol=1e-7, rtol=1e-6)
+
+
+class Draw:
+    """Random inputs for one case (a fresh, fixed seed per case, so every run sees the same numbers)."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(1234)
+
+    def n(self, *shape):  # standard normal
+        return self.rng.standard_normal(shape)
+
+    def pos(self, *shape):  # away from 0, for log, sqrt, x ** y
+        return self.rng.uniform(0.5, 2.0, shape)
+
+    def away(self, *shape):  # random sign, |x| >= 0.1: clear of relu's and abs's kink
+        return self.rng.uniform(0.1, 2.0, shape) * self.rng.choice([-1.0, 1.0], shape)
+
+    def distinct(self, *shape):  # no two equal values: max has a unique winner
+        return self.rng.permutation(np.arange(np.prod(shape), dtype=np.float64)).reshape(shape) * 0.3 \
+            + self.rng.uniform(-0.01, 0.01, shape)
+
+
+class Const:
+    """A floating input that is passed as a Tensor but not differentiated."""
+
+    def __init__(self, array):
+        self.array = array
+
+
+@dataclass
+class Case:
+    fn: Callable
+    inputs: Callable[[Draw], list]  # float arrays become Tensors with requires_grad=True
+    tol: dict = field(default_factory=lambda: dict(TIGHT))
+    twice: bool = True  # include in the second-derivative check (for twice-differentiable ops)
+
+
+def seeded_dropout(p):
+    def fn(x):
+        tx.manual_seed(7)  # every evaluation draws the same mask
+        return F.dropout(x, p)
+    return fn
+
+
+def seeded_attention(mask=None, causal=False, dropout_p=0.0):
+    def fn(q, k, v):
+        tx.manual_seed(7)
+        m = None if mask is None else Tensor(mask, device=q.device)
+        return F.scaled_dot_product_attention(q, k, v, mask=m, causal=causal, dropout_p=dropout_p)
+    return fn
+
+
+def ids(values, like):
+    return Tensor(np.array(values), device=like.device)
+
+
+def scatter_add(shape, index):
+    """ScatterAdd (Getitem's gradient) called directly: `index` is a tuple of int lists or slices."""
+    def fn(g):
+        idx = tuple(ids(i, g).data if isinstance(i, list) else i for i in index)
+        return ScatterAdd.apply(g, shape=shape, index=idx, advanced=any(isinstance(i, list) for i in index))
+    return fn
+
+
+KEEP = np.array([[True, True, False, False],
+                 [True, False, True, True],
+                 [False, False, False, False],  # a query that may attend to nothing
+                 [True, True, True, True]])
+
+CASES: dict[str, dict[str, Case]] = {
+    "Add": {
+        "same": Case(lambda a, b: a + b, lambda d: [d.n(3, 4), d.n(3, 4)]),
+        "broadcast": Case(lambda a, b: a + b, lambda d: [d.n(3, 1, 4), d.n(2, 4)]),
+        "scalar": Case(lambda a: 2.5 + a, lambda d: [d.n(3)]),
+        "transposed": Case(lambda a, b: a + b, lambda d: [d.n(4, 3).T, d.n(3, 4)]),
+        "fan_out": Case(lambda a: a + a * a, lambda d: [d.n(5)]),
+    },
+    "Sub": {
+        "broadcast": Case(lambda a, b: a - b, lambda d: [d.n(2, 3, 1), d.n(3, 4)]),
+        "reflected": Case(lambda a: 1 - a, lambda d: [d.n(4)]),
+        "transposed": Case(lambda a, b: a - b, lambda d: [d.n(3, 4).T, d.n(4, 3)]),
+    },
+    "Mul": {
+        "broadcast": Case(lambda a, b: a * b, lambda d: [d.n(3, 1, 4), d.n(2, 4)]),
+        "scalar": Case(lambda a: a * 3.0, lambda d: [d.n(2, 3)]),
+        "square": Case(lambda a: a * a, lambda d: [d.n(2, 3)]),
+        "transposed": Case(lambda a, b: a * b, lambda d: [d.n(4, 3).T, d.n(4, 3).T]),
+    },
+    "Div": {
+        "broadcast": Case(lambda a, b: a / b, lambda d: [d.n(2, 3), d.away(3)]),
+        "reflected": Case(lambda a: 2.0 / a, lambda d: [d.away(2, 3)]),
+        "by_scalar": Case(lambda a: a / 7.0, lambda d: [d.n(3)]),
+    },
+    "Neg": {
+        "plain": Case(lambda a: -a, lambda d: [d.n(2, 3)]),
+        "transposed": Case(lambda a: -a, lambda d: [d.n(3, 2).T]),
+    },
+    "Pow": {
+        "both": Case(lambda a, b: a ** b, lambda d: [d.pos(2, 3), d.n(2, 3)]),
+        "broadcast": Case(lambda a, b: a ** b, lambda d: [d.pos(2, 3), d.n(3)]),
+        "base_scalar": Case(lambda a: 2.0 ** a, lambda d: [d.n(4)]),
+        "negative_base_int_exponent": Case(lambda a, b: a ** b,  # the exponent is constant: no log(x < 0)
+                                           lambda d: [d.away(3), Const(np.array([2.0, 3.0, 4.0]))]),
+    },
+    "PowScalar": {
+        "square": Case(lambda a: a ** 2, lambda d: [d.n(2, 3)]),
+        "cube": Case(lambda a: a ** 3, lambda d: [d.n(4)]),
+        "sqrt": Case(lambda a: a ** 0.5, lambda d: [d.pos(4)]),
+        "negative": Case(lambda a: a ** -1.5, lambda d: [d.pos(4)]),
+    },
+    "Cast": {
+        # float32 keeps ~7 digits, so the finite difference needs a larger step and a looser tolerance
+        "via_float32": Case(lambda a: a.astype(np.float32).astype(np.float64) * 3.0, lambda d: [d.n(2, 3)],
+                            tol=dict(eps=1e-3, atol=1e-4, rtol=1e-4)),
+        "to_float32_out": Case(lambda a: a.astype(np.float32).exp(), lambda d: [d.n(3)],
+                               tol=dict(eps=1e-3, atol=1e-4, rtol=1e-3), twice=False),
+    },
+    "MatMul": {
+        "2d": Case(lambda a, b: a @ b, lambda d: [d.n(3, 4), d.n(4, 2)]),
+        "batched": Case(lambda a, b: a @ b, lambda d: [d.n(2, 3, 4), d.n(2, 4, 2)]),
+        "broadcast_batch": Case(lambda a, b: a @ b, lambda d: [d.n(2, 1, 3, 4), d.n(3, 4, 2)]),
+        "rows_times_matrix": Case(lambda a, b: a @ b, lambda d: [d.n(2, 3, 4), d.n(4, 5)]),
+        "matrix_times_batch": Case(lambda a, b: a @ b, lambda d: [d.n(3, 4), d.n(2, 4, 5)]),
+        "vec_mat": Case(lambda a, b: a @ b, lambda d: [d.n(4), d.n(4, 3)]),
+        "mat_vec": Case(lambda a, b: a @ b, lambda d: [d.n(2, 3, 4), d.n(4)]),
+        "vec_batch": Case(lambda a, b: a @ b, lambda d: [d.n(4), d.n(2, 4, 3)]),
+        "transposed": Case(lambda a, b: a @ b, lambda d: [d.n(4, 3).T, d.n(2, 4).T]),
+        "transposed_op": Case(lambda a, b: a.T @ b.swapaxes(0, 1), lambda d: [d.n(4, 3), d.n(2, 4)]),
+    },
+    "Exp": {"plain": Case(lambda a: a.exp(), lambda d: [d.n(2, 3)]),
+            "transposed": Case(lambda a: a.exp(), lambda d: [d.n(3, 2).T])},
+    "Log": {"plain": Case(lambda a: a.log(), lambda d: [d.pos(2, 3)])},
+    "Sqrt": {"plain": Case(lambda a: a.sqrt(), lambda d: [d.pos(2, 3)])},
+    "Tanh": {"plain": Case(lambda a: a.tanh(), lambda d: [d.n(2, 3) * 2])},
+    "Sigmoid": {"plain": Case(lambda a: a.sigmoid(), lambda d: [d.n(2, 3) * 3])},
+    "Relu": {"plain": Case(lambda a: a.relu(), lambda d: [d.away(3, 4)]),
+             "functional": Case(lambda a: F.relu(a), lambda d: [d.away(5)])},
+    "Abs": {"plain": Case(lambda a: a.abs(), lambda d: [d.away(3, 4)])},
+    "Gelu": {
+        "exact": Case(lambda a: a.gelu(), lambda d: [d.n(3, 4) * 2]),
+        "tanh": Case(lambda a: F.gelu(a, approximate="tanh"), lambda d: [d.n(3, 4) * 2]),
+        "transposed": Case(lambda a: a.gelu(), lambda d: [d.n(4, 3).T]),
+    },
+    "Sum": {
+        "all": Case(lambda a: a.sum(), lambda d: [d.n(2, 3, 4)]),
+        "axis": Case(lambda a: a.sum(axis=1), lambda d: [d.n(2, 3, 4)]),
+        "negative_axis_keepdims": Case(lambda a: a.sum(axis=-1, keepdims=True), lambda d: [d.n(2, 3, 4)]),
+        "tuple_axes": Case(lambda a: a.sum(axis=(0, 2)), lambda d: [d.n(2, 3, 4)]),
+        "tuple_axes_keepdims": Case(lambda a: a.sum(axis=(0, -1), keepdims=True), lambda d: [d.n(2, 3, 4)]),
+        "mean": Case(lambda a: a.mean(axis=(1, 2)), lambda d: [d.n(2, 3, 4)]),
+        "var": Case(lambda a: a.var(axis=-1, keepdims=True), lambda d: [d.n(3, 5)]),
+        "transposed": Case(lambda a: a.sum(axis=0), lambda d: [d.n(4, 3).T]),
+    },
+    "Max": {
+        "all": Case(lambda a: a.max(), lambda d: [d.distinct(3, 4)]),
+        "axis": Case(lambda a: a.max(axis=1), lambda d: [d.distinct(2, 3, 4)]),
+        "keepdims": Case(lambda a: a.max(axis=-1, keepdims=True), lambda d: [d.distinct(2, 3, 4)]),
+        "tuple_axes": Case(lambda a: a.max(axis=(0, 2)), lambda d: [d.distinct(2, 3, 4)]),
+        # two tied maxima: one-sided moves of either give the slopes 1 and 0, central 1/2, the even split
+        "two_way_tie": Case(lambda a: a.max(axis=1), lambda d: [np.array([[1.0, 3.0, 3.0], [2.0, 0.5, 2.0]])],
+                            twice=False),
+    },
+    "Expand": {
+        "new_and_stretched": Case(lambda a: a.expand(2, 3, 4), lambda d: [d.n(3, 1)]),
+        "tuple": Case(lambda a: a.expand((4, 3)), lambda d: [d.n(3)]),
+    },
+    "Reshape": {
+        "plain": Case(lambda a: a.reshape(4, 3), lambda d: [d.n(2, 6)]),
+        "minus_one": Case(lambda a: a.reshape(-1), lambda d: [d.n(2, 3, 2)]),
+        "transposed": Case(lambda a: a.reshape(2, 6), lambda d: [d.n(4, 3).T]),
+    },
+    "Transpose": {
+        "reverse": Case(lambda a: a.T, lambda d: [d.n(2, 3, 4)]),
+        "axes": Case(lambda a: a.transpose(1, 2, 0), lambda d: [d.n(2, 3, 4)]),
+        "negative_axes": Case(lambda a: a.transpose(0, -1, 1), lambda d: [d.n(2, 3, 4)]),
+        "swapaxes": Case(lambda a: a.swapaxes(0, -1), lambda d: [d.n(2, 3, 4)]),
+    },
+    "Cat": {
+        "axis0": Case(lambda a, b: tx.cat([a, b]), lambda d: [d.n(2, 3), d.n(4, 3)]),
+        "axis_last_three": Case(lambda a, b, c: tx.cat([a, b, c], axis=-1),
+                                lambda d: [d.n(2, 1), d.n(2, 3), d.n(2, 2)]),
+        "reused": Case(lambda a: tx.cat([a, a * 2], axis=1), lambda d: [d.n(2, 3)]),
+        "stack": Case(lambda a, b: tx.stack([a, b], axis=1), lambda d: [d.n(2, 3), d.n(2, 3)]),
+        "stack_last": Case(lambda a, b: tx.stack([a, b], axis=-1), lambda d: [d.n(3), d.n(3)]),
+    },
+    "Getitem": {
+        "int": Case(lambda a: a[1], lambda d: [d.n(3, 4)]),
+        "negative_int": Case(lambda a: a[-1, 2], lambda d: [d.n(3, 4)]),
+        "slices": Case(lambda a: a[1:, ::2], lambda d: [d.n(3, 4)]),
+        "ellipsis_none": Case(lambda a: a[..., None, 1:3], lambda d: [d.n(2, 3, 4)]),
+        "repeated_ids": Case(lambda a: a[[1, 1, 1, 2]], lambda d: [d.n(3, 4)]),
+        "repeated_ids_tensor": Case(lambda a: a[ids([[0, 2], [2, 2]], a)], lambda d: [d.n(3, 2)]),
+        "ids_with_slice": Case(lambda a: a[:, np.array([3, 0, 3])], lambda d: [d.n(2, 4)]),
+        "two_arrays": Case(lambda a: a[[0, 1, 1], [2, 2, 2]], lambda d: [d.n(3, 4)]),
+        "negative_ids": Case(lambda a: a[[-1, 0, -1]], lambda d: [d.n(3, 2)]),
+        "bool_mask": Case(lambda a: a[np.array([True, False, True])], lambda d: [d.n(3, 4)]),
+        "bool_mask_full": Case(lambda a: a[Tensor(np.arange(12).reshape(3, 4) % 3 == 0, device=a.device)],
+                               lambda d: [d.n(3, 4)]),
+        "transposed": Case(lambda a: a[[0, 0], 1:], lambda d: [d.n(3, 4).T]),
+    },
+    "ScatterAdd": {
+        "repeated": Case(scatter_add((4, 3), ([1, 1, 3, 1],)), lambda d: [d.n(4, 3)]),
+        "slice": Case(scatter_add((4, 3), (slice(1, 3),)), lambda d: [d.n(2, 3)]),
+        "two_arrays": Case(scatter_add((3, 3), ([0, 0, 2], [1, 1, 0])), lambda d: [d.n(3)]),
+    },
+    "MaskedFill": {
+        "broadcast_mask": Case(lambda a: a.masked_fill(np.array([[True, False, False, True]]), -2.0),
+                               lambda d: [d.n(3, 4)]),
+        "tensor_mask": Case(lambda a: a.masked_fill(Tensor(np.eye(3, dtype=bool), device=a.device), 0.0),
+                            lambda d: [d.n(3, 3)]),
+        "all_filled": Case(lambda a: a.masked_fill(np.ones((2, 2), dtype=bool), 5.0) + a, lambda d: [d.n(2, 2)]),
+    },
+    "Where": {
+        "two_tensors": Case(lambda a, b: tx.where(np.array([[True, False, True]]), a, b),
+                            lambda d: [d.n(2, 3), d.n(2, 3)]),
+        "broadcast": Case(lambda a, b: tx.where(np.array([True, False, False, True]), a, b),
+                          lambda d: [d.n(3, 4), d.n(4)]),
+        "scalar_branch": Case(lambda a: tx.where(a > 0, a, 0.5), lambda d: [d.away(3, 3)]),
+        "scalar_first": Case(lambda a: tx.where(a > 0, -1.0, a * a), lambda d: [d.away(5)]),
+    },
+    "Softmax": {
+        "last": Case(lambda a: a.softmax(), lambda d: [d.n(3, 5)]),
+        "axis0": Case(lambda a: F.softmax(a, axis=0), lambda d: [d.n(3, 4)]),
+        "middle_3d": Case(lambda a: a.softmax(axis=1), lambda d: [d.n(2, 3, 4)]),
+        "transposed": Case(lambda a: a.softmax(), lambda d: [d.n(5, 3).T]),
+    },
+    "LogSoftmax": {
+        "last": Case(lambda a: a.log_softmax(), lambda d: [d.n(3, 5)]),
+        "axis0": Case(lambda a: F.log_softmax(a, axis=0), lambda d: [d.n(3, 4)]),
+        "transposed": Case(lambda a: a.log_softmax(), lambda d: [d.n(5, 3).T]),
+    },
+    "LayerNorm": {
+        "plain": Case(lambda a: F.layer_norm(a), lambda d: [d.n(3, 5)]),
+        "weight_bias": Case(lambda a, w, b: F.layer_norm(a, w, b), lambda d: [d.n(2, 3, 5), d.n(5), d.n(5)]),
+        "large_mean": Case(lambda a, w, b: F.layer_norm(a, w, b, eps=1e-3),
+                           lambda d: [d.n(2, 4) + 20, d.n(4), d.n(4)]),
+        "transposed": Case(lambda a, w, b: F.layer_norm(a, w, b), lambda d: [d.n(4, 3).T, d.n(4), d.n(4)]),
+    },
+    "CrossEntropy": {
+        "mean": Case(lambda a: F.cross_entropy(a, ids([1, 0, 4], a)), lambda d: [d.n(3, 5)]),
+        "sum": Case(lambda a: F.cross_entropy(a, ids([1, 0, 4], a), reduction="sum"), lambda d: [d.n(3, 5)]),
+        "none": Case(lambda a: F.cross_entropy(a, ids([1, 0, 4], a), reduction="none"), lambda d: [d.n(3, 5)]),
+        "ignore_smooth_3d": Case(
+            lambda a: F.cross_entropy(a, ids([[1, 0, 4], [2, 0, 3]], a), ignore_index=0, label_smoothing=0.2),
+            lambda d: [d.n(2, 3, 5)]),
+        "ignore_smooth_none": Case(
+            lambda a: F.cross_entropy(a, ids([1, -100, 2, 3], a), ignore_index=-100, label_smoothing=0.1,
+                                      reduction="none"),
+            lambda d: [d.n(4, 4)]),
+        "ignore_sum": Case(lambda a: F.cross_entropy(a, ids([1, 2, 2], a), ignore_index=2, reduction="sum"),
+                           lambda d: [d.n(3, 4)]),
+        "transposed": Case(lambda a: F.cross_entropy(a, ids([0, 2, 1, 1], a), label_smoothing=0.3),
+                           lambda d: [d.n(3, 4).T]),
+    },
+    "Embedding": {
+        "repeated_ids": Case(lambda w: F.embedding(ids([1, 1, 1, 2], w), w), lambda d: [d.n(4, 3)]),
+        "2d_ids": Case(lambda w: F.embedding(ids([[0, 3], [3, 3]], w), w), lambda d: [d.n(5, 2)]),
+        "list_ids": Case(lambda w: F.embedding([2, 0, 2], w), lambda d: [d.n(3, 4)]),
+    },
+    "Dropout": {
+        "half": Case(seeded_dropout(0.5), lambda d: [d.n(4, 5)]),
+        "small_p": Case(seeded_dropout(0.1), lambda d: [d.n(3, 3).T]),
+    },
+    "Attention": {
+        "plain": Case(seeded_attention(), lambda d: [d.n(2, 4, 3), d.n(2, 5, 3), d.n(2, 5, 2)]),
+        "keep_mask": Case(seeded_attention(mask=KEEP), lambda d: [d.n(2, 4, 3), d.n(2, 4, 3), d.n(2, 4, 2)]),
+        "causal": Case(seeded_attention(causal=True), lambda d: [d.n(2, 4, 3), d.n(2, 4, 3), d.n(2, 4, 2)]),
+        "causal_and_mask": Case(seeded_attention(mask=KEEP, causal=True),
+                                lambda d: [d.n(4, 3), d.n(4, 3), d.n(4, 3)]),
+        "padding_mask_heads": Case(seeded_attention(mask=np.array([True, True, False])[None, None, None, :]),
+                                   lambda d: [d.n(1, 2, 3, 2), d.n(1, 2, 3, 2), d.n(1, 2, 3, 2)]),
+        "causal_with_cache": Case(seeded_attention(causal=True), lambda d: [d.n(2, 3), d.n(4, 3), d.n(4, 2)]),
+        "dropout": Case(seeded_attention(mask=KEEP, dropout_p=0.3), lambda d: [d.n(4, 3), d.n(4, 3), d.n(4, 2)]),
+        "transposed": Case(seeded_attention(), lambda d: [d.n(3, 4).T, d.n(3, 4).T, d.n(4, 2)]),
+    },
+}
+
+TWICE = {"Add", "Sub", "Cast", "Mul", "Div", "Neg", "Pow", "PowScalar", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid",
+         "Relu", "Abs", "Sum", "Max", "Expand", "Reshape", "Transpose", "Cat", "Getitem", "ScatterAdd",
+         "MaskedFill", "Where", "MatMul", "Dropout"}
+
+
+def make_inputs(case: Case, device: str) -> list:
+    out = []
+    for a in case.inputs(Draw()):
+        if isinstance(a, Const):
+            out.append(Tensor(a.array, device=device))
+        elif isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            out.append(Tensor(a, device=device, requires_grad=True))
+        else:
+            out.append(a)
+    return out
+
+
+def ops_in_graph(out) -> set[str]:
+    """The names of the ops in the graph behind `out`."""
+    seen, stack = set(), [t.grad_fn for t in (out if isinstance(out, tuple) else (out,)) if t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn not in seen:
+            seen.add(fn)
+            stack.extend(t.grad_fn for t in fn.inputs if t.grad_fn is not None)
+    return {fn.name for fn in seen}
+
+
+ALL = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items() for name in cases]
+SECOND = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items() if op in TWICE
+          for name, case in cases.items() if case.twice]
+
+
+def test_every_registered_op_has_a_case():
+    missing = sorted(set(tx.REGISTRY) - set(CASES))
+    assert not missing, f"ops without a gradcheck case: {missing}"
+    stale = sorted(set(CASES) - set(tx.REGISTRY))
+    assert not stale, f"cases for ops that are not registered: {stale}"
+
+
+def test_twice_differentiable_ops_are_exactly_those_checked_twice():
+    twice = {name for name, cls in tx.REGISTRY.items() if cls.differentiable_twice}
+    assert twice == TWICE, f"differentiable twice but not gradgradchecked: {sorted(twice - TWICE)}; " \
+                           f"checked twice but once-differentiable: {sorted(TWICE - twice)}"
+
+
+@pytest.mark.parametrize("op,name", ALL)
+def test_gradcheck(op, name, device):
+    case = CASES[op][name]
+    inputs = make_inputs(case, device)
+    assert op in ops_in_graph(case.fn(*inputs)), f"case {name!r} does not run {op}"
+    assert tx.gradcheck(case.fn, inputs, **case.tol)
+
+
+@pytest.mark.parametrize("op,name", SECOND)
+def test_gradgradcheck(op, name, device):
+    case = CASES[op][name]
+    assert tx.gradgradcheck(case.fn, make_inputs(case, device), **case.tol)
+
+
+def test_transposed_inputs_really_are_non_contiguous():
+    """The "transposed" cases test strided arrays only if the Tensor keeps the view."""
+    x = make_inputs(CASES["Add"]["transposed"], "cpu")[0]
+    assert not x.data.flags["C_CONTIGUOUS"]
+
+
+def test_gradcheck_catches_a_wrong_gradient(device):
+    """The checker itself must fail on a wrong softmax backward that is right for a constant g."""
+    from tinygrad_tx.autograd import OnceDifferentiable
+
+    class DiagonalSoftmax(OnceDifferentiable, register=False):
+        def forward(self, x):
+            e = self.xp.exp(x - x.max(axis=-1, keepdims=True))
+            self.y = e / e.sum(axis=-1, keepdims=True)
+            return self.y
+
+        def backward(self, g, x):
+            return (self.y * (g - g.mean(axis=-1, keepdims=True)),)  # mean(g) where Σ g·y belongs
+
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 4)), requires_grad=True, device=device)
+    # a plain sum hides the mistake (Σ softmax is constant), the random upstream gradient does not
+    assert tx.gradcheck(lambda x: DiagonalSoftmax.apply(x).sum(), [x])
+    with pytest.raises(tx.GradcheckError, match="input 0 of shape \\(2, 4\\), element"):
+        tx.gradcheck(lambda x: DiagonalSoftmax.apply(x), [x])
+
+
+def test_gradcheck_of_a_large_input_probes_random_directions(device):
+    """Past `max_elements` the check compares directional derivatives; they must still catch a bug."""
+    from tinygrad_tx.autograd import Function
+
+    class Square(Function, register=False):
+        slope = 2.0
+
+        def forward(self, x):
+            return x * x
+
+        def backward(self, g, x):
+            return (g * x * self.slope,)
+
+    class SlightlyWrongSquare(Square, register=False):
+        slope = 2.02
+
+    x = Tensor(np.random.default_rng(0).standard_normal((20, 15)), requires_grad=True, device=device)
+    assert tx.gradcheck(Square.apply, [x], **TIGHT)
+    with pytest.raises(tx.GradcheckError, match="random direction"):
+        tx.gradcheck(SlightlyWrongSquare.apply, [x], **TIGHT)
+
+
+def test_dropout_reseeded_draws_the_same_mask(device):
+    x = Tensor(np.ones((6, 7)), device=device)
+    fn = seeded_dropout(0.5)
+    first, second = fn(x).numpy(), fn(x).numpy()
+    np.testing.assert_array_equal(first, second)
+    assert set(np.unique(first)) == {0.0, 2.0}
+    tx.manual_seed(8)
+    assert not np.array_equal(F.dropout(x, 0.5).numpy(), first)
+
+
+def test_cast_gradient_by_hand(device):
+    """float32 -> float64 -> float32: values and gradient dtypes exactly as expected."""
+    x = Tensor(np.array([1.5, -2.0, 0.25], dtype=np.float32), requires_grad=True, device=device)
+    y = x.astype(np.float64)
+    assert y.dtype == np.float64
+    (y * Tensor(np.array([2.0, 3.0, 4.0]), device=device)).sum().backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 3.0, 4.0])
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True, device=device)
+    z = w.astype(np.float32) * Tensor(np.array([0.5, 0.25], dtype=np.float32), device=device)
+    assert z.dtype == np.float32
+    z.sum().backward()
+    assert w.grad.dtype == np.float64
+    np.testing.assert_array_equal(w.grad.numpy(), [0.5, 0.25])
+
+
+def test_gradcheck_warns_and_upcasts_float32(device):
+    x = Tensor(np.array([0.3, -1.2], dtype=np.float32), requires_grad=True, device=device)
+    with pytest.warns(UserWarning, match="float64"):
+        assert tx.gradcheck(lambda x: x.tanh(), [x], **TIGHT)
+
+
+def test_create_graph_through_a_once_differentiable_op_raises(device):
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 3)), requires_grad=True, device=device)
+    y = (x.softmax() * x).sum()
+    with pytest.raises(RuntimeError, match="Softmax is once-differentiable"):
+        y.backward(create_graph=True)
+    with pytest.raises(RuntimeError, match="once-differentiable"):
+        tx.grad((x.gelu() ** 2).sum(), [x], create_graph=True)

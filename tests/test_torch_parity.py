@@ -1,0 +1,260 @@
+"""PyTorch as the oracle: forward values and gradients (for one random upstream
+gradient) of every op PyTorch also has, in float64, on every device.
+
+Skipped where torch is not installed. Conventions that differ are translated here:
+our `var` is NumPy's (ddof=0, torch's correction=0); our `linear` weight is
+(in, out), torch's (out, in); our cross-entropy has classes on the last axis.
+"""
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from tinygrad_tx import Tensor
+
+TOL = dict(rtol=1e-9, atol=1e-10)
+
+
+def compare(torch, device, ours, theirs, *arrays, tol=TOL, seed=0):
+    """Run `ours` on Tensors and `theirs` on torch tensors made from `arrays` (floating
+    arrays require grad, integer and boolean ones are passed as constants), then compare
+    the outputs and, after backpropagating one random upstream gradient, every gradient."""
+    xs = [Tensor(a, device=device, requires_grad=a.dtype.kind == "f") for a in arrays]
+    ts = [torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    out, ref = ours(*xs), theirs(*ts)
+    assert out.shape == tuple(ref.shape)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), **tol, err_msg="forward")
+    u = np.random.default_rng(seed + 99).standard_normal(tuple(ref.shape))
+    out.backward(Tensor(u, device=device))
+    ref.backward(torch.tensor(u))
+    for i, (x, t) in enumerate(zip(xs, ts)):
+        if t.requires_grad:
+            assert x.grad is not None, f"input {i} got no gradient"
+            np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), **tol, err_msg=f"gradient of input {i}")
+
+
+def n(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+# -- arithmetic -------------------------------------------------------------------------
+
+ARITH = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+}
+
+
+@pytest.mark.parametrize("op", ARITH)
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1, 4), (2, 4)), ((4,), (2, 3, 1))], ids=str)
+def test_arithmetic_broadcasting(torch, device, op, shapes):
+    compare(torch, device, ARITH[op], ARITH[op], n(*shapes[0]), n(*shapes[1], seed=1) + 3)
+
+
+@pytest.mark.parametrize("fn", [lambda a: 2.0 - a, lambda a: 3.0 / a, lambda a: a * 0.5 + 1.0,
+                                lambda a: -a, lambda a: (a - 1.0) / 4.0],
+                         ids=["rsub", "rdiv", "mul_add", "neg", "sub_div"])
+def test_arithmetic_with_numbers(torch, device, fn):
+    compare(torch, device, fn, fn, n(3, 4) + 3)
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: a ** b, lambda a, b: a ** 3 * b, lambda a, b: a ** -0.5 + b,
+                                lambda a, b: 2.0 ** a + b])
+def test_pow(torch, device, fn):
+    compare(torch, device, fn, fn, np.abs(n(3, 4)) + 0.5, n(3, 4, seed=1))
+
+
+# -- elementwise ------------------------------------------------------------------------
+
+UNARY = {
+    "exp": (lambda x: x.exp(), lambda t: t.exp()),
+    "log": (lambda x: x.abs().log(), lambda t: t.abs().log()),
+    "sqrt": (lambda x: x.abs().sqrt(), lambda t: t.abs().sqrt()),
+    "tanh": (lambda x: x.tanh(), lambda t: t.tanh()),
+    "sigmoid": (lambda x: x.sigmoid(), lambda t: t.sigmoid()),
+    "relu": (lambda x: x.relu(), lambda t: t.relu()),
+    "abs": (lambda x: x.abs(), lambda t: t.abs()),
+    "gelu": (lambda x: x.gelu(), None),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), None),
+}
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary(torch, device, op):
+    ours, theirs = UNARY[op]
+    if op.startswith("gelu"):
+        approximate = "tanh" if op == "gelu_tanh" else "none"
+        theirs = lambda t: torch.nn.functional.gelu(t, approximate=approximate)  # noqa: E731
+    x = n(4, 5) * 3
+    x[0, :3] = [30.0, -30.0, 1e-3]  # saturated tails and a point near 0
+    compare(torch, device, ours, theirs, x)
+
+
+def test_sigmoid_and_tanh_saturate_without_nan(torch, device):
+    x = np.array([-800.0, -40.0, 0.0, 40.0, 800.0])
+    compare(torch, device, lambda x: x.sigmoid() + x.tanh(), lambda t: t.sigmoid() + t.tanh(), x)
+
+
+# -- reductions -------------------------------------------------------------------------
+
+AXES = [None, 0, -1, (0, 2), (1,)]
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "var"])
+def test_reductions(torch, device, op, axis, keepdims):
+    def theirs(t):
+        dim = tuple(range(t.ndim)) if axis is None else axis
+        if op == "max":
+            return t.amax(dim=dim, keepdim=keepdims)  # amax, like ours, splits the gradient between ties
+        if op == "var":
+            return t.var(dim=dim, correction=0, keepdim=keepdims)
+        return getattr(t, op)(dim=dim, keepdim=keepdims)
+
+    compare(torch, device, lambda x: getattr(x, op)(axis=axis, keepdims=keepdims), theirs, n(2, 3, 4))
+
+
+def test_max_splits_the_gradient_between_ties(torch, device):
+    x = np.array([[1.0, 5.0, 5.0, 5.0], [2.0, 2.0, -1.0, 0.0], [7.0, 7.0, 7.0, 7.0]])
+    compare(torch, device, lambda x: x.max(axis=1), lambda t: t.amax(dim=1), x)
+    compare(torch, device, lambda x: x.max(), lambda t: t.amax(), x)
+
+
+# -- shapes -----------------------------------------------------------------------------
+
+SHAPE_OPS = {
+    "reshape": (lambda x: x.reshape(4, -1), lambda t: t.reshape(4, -1)),
+    "reshape_tuple": (lambda x: x.reshape((3, 8)), lambda t: t.reshape((3, 8))),
+    "transpose": (lambda x: x.transpose(2, 0, 1), lambda t: t.permute(2, 0, 1)),
+    "transpose_negative": (lambda x: x.transpose(-1, 0, -2), lambda t: t.permute(-1, 0, -2)),
+    "T": (lambda x: x.T, lambda t: t.permute(2, 1, 0)),
+    "swapaxes": (lambda x: x.swapaxes(0, -1), lambda t: t.swapaxes(0, -1)),
+    "expand": (lambda x: x[:, :1].expand(5, 2, 3, 4), lambda t: t[:, :1].expand(5, 2, 3, 4)),
+    "chain": (lambda x: x.T.reshape(6, 4).swapaxes(0, 1) * 2, lambda t: t.permute(2, 1, 0).reshape(6, 4).T * 2),
+}
+
+
+@pytest.mark.parametrize("op", SHAPE_OPS)
+def test_shape_ops(torch, device, op):
+    compare(torch, device, *SHAPE_OPS[op], n(2, 3, 4))
+
+
+INDEXES = {
+    "int": 1, "negative": (-1, 2), "slices": (slice(1, None), slice(None, None, 2)),
+    "ellipsis_none": (Ellipsis, None, 1), "repeated": [1, 1, 1, 2], "ids_and_slice": (slice(None), [3, 0, 3]),
+    "two_arrays": ([0, 2, 2], [1, 1, 1]), "bool_rows": np.array([True, False, True]),
+    "bool_mask": np.arange(12).reshape(3, 4) % 3 == 0,
+}
+
+
+@pytest.mark.parametrize("name", INDEXES)
+def test_indexing(torch, device, name):
+    index = INDEXES[name]
+
+    def torch_index(i):
+        return torch.tensor(i) if isinstance(i, (list, np.ndarray)) else i
+
+    theirs_index = tuple(map(torch_index, index)) if isinstance(index, tuple) else torch_index(index)
+    compare(torch, device, lambda x: x[index], lambda t: t[theirs_index], n(3, 4))
+
+
+def test_cat_stack_where(torch, device):
+    a, b, c = n(2, 3), n(4, 3, seed=1), n(2, 3, seed=2)
+    compare(torch, device, lambda a, b: tx.cat([a, b, a]), lambda a, b: torch.cat([a, b, a]), a, b)
+    compare(torch, device, lambda a, b: tx.cat([a, b], axis=1), lambda a, b: torch.cat([a, b], dim=1), a, b[:2])
+    compare(torch, device, lambda a, b: tx.cat([a, b.T], axis=1), lambda a, b: torch.cat([a, b.T], dim=1),
+            a, n(4, 2, seed=4))
+    compare(torch, device, lambda a, c: tx.stack([a, c], axis=-1), lambda a, c: torch.stack([a, c], dim=-1), a, c)
+    cond = n(2, 3, seed=3) > 0
+    compare(torch, device, lambda a, c, m: tx.where(m, a, c), lambda a, c, m: torch.where(m, a, c), a, c, cond)
+    compare(torch, device, lambda a, c, m: tx.where(m, a, c[0]), lambda a, c, m: torch.where(m, a, c[0]),
+            a, c, cond)
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((2, 1, 3, 4), (3, 4, 2)),
+                                    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((4,), (4, 3)), ((2, 3, 4), (4,)),
+                                    ((4,), (4,)), ((4,), (2, 4, 3))], ids=str)
+def test_matmul(torch, device, shapes):
+    compare(torch, device, lambda a, b: a @ b, lambda a, b: a @ b, n(*shapes[0]), n(*shapes[1], seed=1))
+
+
+def test_linear(torch, device):
+    x, w, b = n(2, 3, 4), n(4, 5, seed=1), n(5, seed=2)  # our weight is (in, out)
+    compare(torch, device, F.linear, lambda x, w, b: torch.nn.functional.linear(x, w.T, b), x, w, b)
+    compare(torch, device, F.linear, lambda x, w: torch.nn.functional.linear(x, w.T), x, w)
+
+
+# -- fused ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_and_log_softmax(torch, device, axis):
+    x = n(3, 4, 5) * 4
+    compare(torch, device, lambda x: x.softmax(axis), lambda t: t.softmax(axis), x)
+    compare(torch, device, lambda x: F.log_softmax(x, axis=axis), lambda t: t.log_softmax(axis), x)
+
+
+def test_layer_norm(torch, device):
+    x, w, b = n(2, 3, 6) * 3 + 1, n(6, seed=1), n(6, seed=2)
+    x[0, 0] += 2000.0  # a row with a large mean
+    compare(torch, device, F.layer_norm, lambda x, w, b: torch.nn.functional.layer_norm(x, (6,), w, b), x, w, b)
+    compare(torch, device, lambda x: F.layer_norm(x, eps=0.1),
+            lambda x: torch.nn.functional.layer_norm(x, (6,), eps=0.1), x)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_index,smoothing", [(None, 0.0), (None, 0.1), (0, 0.0), (0, 0.25)], ids=str)
+def test_cross_entropy(torch, device, reduction, ignore_index, smoothing):
+    logits = n(2, 4, 5) * 2
+    target = np.array([[1, 0, 4, 3], [0, 2, 2, 0]])  # classes on the last axis; torch wants (N, C)
+
+    def ours(x, t):
+        return F.cross_entropy(x, t, ignore_index=ignore_index, label_smoothing=smoothing, reduction=reduction)
+
+    def theirs(x, t):
+        loss = torch.nn.functional.cross_entropy(
+            x.reshape(-1, 5), t.reshape(-1), ignore_index=-100 if ignore_index is None else ignore_index,
+            label_smoothing=smoothing, reduction=reduction)
+        return loss.reshape(2, 4) if reduction == "none" else loss
+
+    compare(torch, device, ours, theirs, logits, target)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 0, 2])
+def test_embedding(torch, device, padding_idx):
+    ids = np.array([[1, 0, 2, 2], [2, 2, 3, 0]])
+    compare(torch, device, lambda w, i: F.embedding(i, w, padding_idx=padding_idx),
+            lambda w, i: torch.nn.functional.embedding(i, w, padding_idx=padding_idx), n(4, 3), ids)
+
+
+def test_masked_fill(torch, device):
+    mask = n(1, 4, seed=5) > 0
+    compare(torch, device, lambda x, m: x.masked_fill(m, -3.5), lambda t, m: t.masked_fill(m, -3.5), n(3, 4), mask)
+
+
+@pytest.mark.parametrize("masked,causal", [(False, False), (True, False), (False, True), (True, True)])
+def test_scaled_dot_product_attention(torch, device, masked, causal):
+    B, H, T, D = 2, 2, 5, 4
+    q, k, v = n(B, H, T, D), n(B, H, T, D, seed=1), n(B, H, T, 3, seed=2)
+    keep = np.ones((B, 1, 1, T), dtype=bool)
+    keep[0, ..., 3:] = False  # padding keys; no row loses every key, where torch would give NaN
+
+    def ours(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, mask=Tensor(keep, device=device) if masked else None,
+                                              causal=causal)
+
+    def theirs(q, k, v):
+        mask = torch.tensor(keep) if masked else None
+        if masked and causal:  # torch takes a mask or is_causal, not both
+            mask = mask & torch.ones(T, T, dtype=torch.bool).tril()
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+    compare(torch, device, ours, theirs, q, k, v)
+
+
+def test_cross_attention_with_different_lengths(torch, device):
+    q, k, v = n(2, 3, 4), n(2, 6, 4, seed=1), n(2, 6, 2, seed=2)
+    keep = np.array([True, True, False, True, False, True])
+    compare(torch, device, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=keep),
+            lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=torch.tensor(keep)),
+            q, k, v)
