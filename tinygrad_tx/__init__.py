@@ -7,9 +7,9 @@ from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .ops import cat, stack, where
 from .serialization import load, save
 from .tensor import Tensor
-from . import functional, nn, optim
+from . import functional, inspect, nn, optim
 
 __all__ = ["Tensor", "REGISTRY", "no_grad", "enable_grad", "is_grad_enabled", "grad", "DeviceError",
            "default_device", "get_backend", "manual_seed", "set_device", "zeros", "ones", "randn",
            "arange", "cat", "stack", "where", "gradcheck", "gradgradcheck", "GradcheckError", "functional", "nn",
-           "optim", "save", "load"]
+           "optim", "inspect", "save", "load"]

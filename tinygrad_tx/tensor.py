@@ -163,8 +163,10 @@ class Tensor:
         """`value` as a constant Tensor on this device; Python numbers take this tensor's dtype."""
         if isinstance(value, Tensor):
             return value
-        if isinstance(value, (int, float, bool)) and _is_float(self.dtype):
-            return Tensor._from_op(self.dtype.type(value), self.backend)  # float32 stays float32
+        if isinstance(value, (int, float, bool)):
+            if _is_float(self.dtype) or (isinstance(value, int) and self.dtype.kind in "iu"):
+                return Tensor._from_op(self.dtype.type(value), self.backend)  # float32 stays float32, ids stay ids
+            return Tensor._from_op(np.asarray(value)[()], self.backend)  # NumPy's rules: ids / 2 is a float
         return Tensor(value, device=self.device)
 
     def _pair(self, other: Any, op: str) -> tuple["Tensor", "Tensor"]:

@@ -12,16 +12,38 @@ import numpy as np
 
 from ..backend import get_backend
 from ..tensor import Tensor
+from .hooks import GLOBAL_HOOKS, HookSet, RemovableHandle, call_with_hooks
 
 
 class Module:
     training = True
+    _hooks: HookSet | None = None  # made by the first register_*_hook (see nn/hooks.py)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        if not (self._hooks or GLOBAL_HOOKS):
+            return self.forward(*args, **kwargs)
+        return call_with_hooks(self, args, kwargs)
+
+    # -- hooks (see nn/hooks.py) ------------------------------------------------------
+    def register_forward_pre_hook(self, hook: Callable, *, with_kwargs: bool = False) -> RemovableHandle:
+        """`hook(module, args)` before each forward; may return new args (PyTorch's semantics)."""
+        return self._hook_set().add("forward_pre", (hook, with_kwargs))
+
+    def register_forward_hook(self, hook: Callable, *, with_kwargs: bool = False) -> RemovableHandle:
+        """`hook(module, args, output)` after each forward, to record activations; may return a new output."""
+        return self._hook_set().add("forward", (hook, with_kwargs))
+
+    def register_full_backward_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """`hook(module, grad_output)` when the gradient of the output is ready; may return a replacement."""
+        return self._hook_set().add("backward_pre", hook)
+
+    def _hook_set(self) -> HookSet:
+        if self._hooks is None:
+            self._hooks = HookSet()
+        return self._hooks
 
     # -- walking the tree ---------------------------------------------------------
     def named_children(self) -> Iterator[tuple[str, "Module"]]:

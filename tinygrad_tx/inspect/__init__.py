@@ -1,0 +1,23 @@
+"""Instruments for looking inside autograd (`tx.inspect`); see docs/inspect.md.
+
+- graph views: `graph_text(t)`, `to_dot(t)`, `render(t, "graph.svg")`, with
+  `retain_grads(t)` to keep every gradient and, for models, `record_modules()`
+  and `collapse=` to draw each module call as one box;
+- `trace_backward()`: every node backward visits, in order, with its gradients;
+- `detect_anomaly()`: the first NaN or Inf, with its op and line;
+- `profile()`: time and memory per op;
+- `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`.
+
+All of them observe the engine through one list of observers (see `instrument.py`),
+which is empty, and so free, unless one of them is active.
+"""
+from .anomaly import AnomalyError, detect_anomaly
+from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot
+from .instrument import Instrument
+from .modules import ModuleCall, attention_maps, name_parameters, record_modules
+from .profiler import OpStats, profile
+from .trace import trace_backward
+
+__all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",
+           "detect_anomaly", "AnomalyError", "profile", "OpStats", "record_modules", "ModuleCall",
+           "name_parameters", "attention_maps", "Instrument"]

@@ -1,0 +1,78 @@
+"""What every instrument shares: the engine's one observation point and a few array helpers.
+
+The engine shows each op to the objects in `autograd._observers`, and only while
+that list is non-empty, so with no instrument active an op pays one truthiness
+check and nothing else:
+
+- `Function.apply` calls `forward(fn, inputs, output, seconds, recorded)` after
+  the op's forward (`output` is the raw array, `recorded` says whether the node
+  is kept for backward; `fn.inputs` is not set yet);
+- the graph walk calls `backward(fn, grad, grads, seconds)` after each node's
+  backward, before the engine reduces `grads` to the inputs' shapes and
+  releases the node.
+
+An instrument is a context manager that puts itself on that list for the
+duration of a `with` block; it overrides whichever of the two calls it needs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .. import autograd
+from ..tensor import Tensor
+
+ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class Instrument:
+    """Base of the instruments: `with Instrument() as it:` observes every op run in the block."""
+
+    def __enter__(self):
+        autograd._observers.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        autograd._observers.remove(self)
+
+    def forward(self, fn: autograd.Function, inputs: tuple, output: Any, seconds: float, recorded: bool) -> None:
+        """Called after each op's forward."""
+
+    def backward(self, fn: autograd.Function, grad: Any, grads: tuple, seconds: float) -> None:
+        """Called after each node's backward, in the order the graph walk visits them."""
+
+
+def raw(x: Any) -> Any:
+    """The array inside a Tensor (gradients are Tensors under create_graph), or `x` itself."""
+    return x.data if isinstance(x, Tensor) else x
+
+
+def norm(x: Any) -> float:
+    """The L2 norm of an array or Tensor, computed in float64, as a Python float."""
+    a = raw(x).astype("float64")
+    return float((a * a).sum().item()) ** 0.5
+
+
+def nonfinite(x: Any, xp: Any) -> str:
+    """"NaN", "Inf" or "NaN and Inf" when a floating array holds such values, else ""."""
+    a = raw(x)
+    if a.dtype.kind not in "fc" or xp.isfinite(a).all():
+        return ""
+    return " and ".join(kind for kind, test in (("NaN", xp.isnan), ("Inf", xp.isinf)) if test(a).any())
+
+
+def user_frames(limit: int = 3) -> list[tuple[str, int, str]]:
+    """(file, line, function) of the innermost `limit` frames outside tinygrad_tx: who called the op."""
+    frames, frame = [], sys._getframe(1)
+    while frame is not None and len(frames) < limit:
+        code = frame.f_code
+        if not code.co_filename.startswith(ENGINE_DIR):
+            frames.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return frames
+
+
+def describe(shape: tuple, dtype: Any) -> str:
+    """`(3, 4) float32`: how every instrument writes a tensor's type."""
+    return f"{tuple(shape)} {dtype}"
