@@ -1,0 +1,37 @@
+"""Sequence classification with a Transformer encoder (BERT-style, without the [CLS] token)."""
+from __future__ import annotations
+
+from typing import Any
+
+import tinygrad_tx as tx
+from tinygrad_tx import Tensor, nn
+
+from .checkpoint import Checkpointable
+from .config import ClassifierConfig, config_from
+from .masks import as_ids, padding_mask
+from .transformer import Encoder
+
+
+class EncoderClassifier(Checkpointable, nn.Module):
+    """`model(ids)` (B, S) -> class logits (B, num_classes).
+
+    The encoder's states are averaged over the real tokens only: a mean that
+    counted padding would change with the amount of padding in the batch.
+    """
+
+    def __init__(self, vocab: int, num_classes: int, d_model: int = 512, num_heads: int = 8,
+                 num_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1, max_len: int = 512,
+                 pad_id: int = 0, norm_first: bool = False, activation: str = "relu"):
+        cfg = self.config = config_from(ClassifierConfig, locals())
+        self.encoder = Encoder(cfg, vocab, num_layers)
+        self.head = nn.Linear(d_model, num_classes)
+
+    def forward(self, ids: Any) -> Tensor:
+        ids = as_ids(ids, self.encoder.embed.tokens.weight.device)
+        B, S = ids.shape
+        keep = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, S)
+        h = self.encoder(ids, keep)  # (B, S, D)
+        real = keep.reshape(B, S, 1).astype(h.dtype)  # (B, S, 1): 1 for tokens, 0 for padding
+        count = real.sum(axis=1)  # (B, 1)
+        pooled = (h * real).sum(axis=1) / tx.where(count > 0, count, 1.0)  # (B, D); an all-pad row gives 0
+        return self.head(pooled)  # (B, num_classes)

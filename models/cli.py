@@ -1,0 +1,144 @@
+"""The command line: `python -m models train | evaluate | translate | tasks`.
+
+    python -m models train --task reverse            # trains, checkpoints, prints samples
+    python -m models evaluate --checkpoint runs/reverse --json
+    python -m models translate --checkpoint runs/reverse "abcdef" --attention attention.png
+    python -m models tasks
+
+Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
+print one line saying what is wrong and exit with status 2; nothing is overwritten.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import fields
+
+import tinygrad_tx as tx
+
+from .data import DataError, EOS_ID, detokenize, tokenize
+from .evaluation import InputTooLong, cross_attention, encode_sources, score, translate
+from .plots import plot_attention
+from .run import RunError, open_run
+from .tasks import TASKS
+from .training import TASK_DEFAULTS, Trainer, TrainSettings
+
+USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        if args.command != "tasks":
+            tx.set_device(args.device)  # fails here, with the fix, when CUDA is unavailable
+        args.run(args)
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m models", description="Train and use toy translation transformers.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
+    source = train.add_mutually_exclusive_group(required=True)
+    source.add_argument("--task", help=f"one of: {', '.join(TASKS)}")
+    source.add_argument("--data", help="a file of source<TAB>target lines")
+    defaults = TrainSettings()
+    for name in ("out", "steps", "batch_size", "d_model", "heads", "layers", "d_ff", "dropout", "lr",
+                 "warmup", "label_smoothing", "seed", "n_train", "eval_every", "level"):
+        kind = type(getattr(defaults, name)) if getattr(defaults, name) is not None else str
+        train.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
+                           help=f"default: {getattr(defaults, name)} (tasks may set their own)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.set_defaults(run=run_train)
+
+    evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")
+    evaluate.add_argument("--checkpoint", required=True, help="a run directory written by train")
+    evaluate.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(run=run_evaluate)
+
+    tr = sub.add_parser("translate", help="translate sentences (arguments, or lines on standard input)")
+    tr.add_argument("--checkpoint", required=True, help="a run directory written by train")
+    tr.add_argument("sentences", nargs="*")
+    tr.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
+    tr.add_argument("--attention", metavar="OUT.png", help="draw the first sentence's cross-attention")
+    tr.set_defaults(run=run_translate)
+
+    tasks = sub.add_parser("tasks", help="list the built-in tasks with an example pair each")
+    tasks.set_defaults(run=run_tasks)
+    for command in (train, evaluate, tr, tasks):
+        command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
+    return p
+
+
+def run_train(args: argparse.Namespace) -> None:
+    given = {f.name: getattr(args, f.name) for f in fields(TrainSettings)
+             if getattr(args, f.name, None) is not None}
+    settings = TrainSettings(**{**TASK_DEFAULTS.get(args.task, {}), **given})
+    from tqdm import tqdm
+
+    trainer = Trainer(settings)
+    trainer.start()
+    print(f"training on {len(trainer.train_pairs)} pairs ({trainer.src_level} -> {trainer.tgt_level} tokens), "
+          f"{sum(p.size for p in trainer.model.parameters()):,} parameters, run directory {trainer.dir}")
+    started = time.perf_counter()
+    with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True) as progress:
+        outcome = trainer.train(progress)
+    if outcome == "interrupted":
+        print(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
+        sys.exit(130)
+    print(f"trained {settings.steps} steps in {time.perf_counter() - started:.0f} s")
+    report(trainer.dir, beam=1, as_json=False, device=settings.device)
+
+
+def run_evaluate(args: argparse.Namespace) -> None:
+    report(args.checkpoint, args.beam, args.json, args.device)
+
+
+def report(directory, beam: int, as_json: bool, device: str) -> None:
+    """Score the best checkpoint on the held-out test pairs and show a few translations."""
+    run = open_run(directory, device)
+    pairs = run.held_out("test")
+    outputs = translate(run.model, [s for s, _ in pairs], run.src_vocab, run.tgt_vocab, run.levels, beam)
+    metrics = score(outputs, [t for _, t in pairs], run.levels[1])
+    if as_json:
+        print(json.dumps(metrics))
+        return
+    print(f"held-out test ({metrics['n']} pairs): exact match {metrics['exact_match']:.2f}%, "
+          f"token accuracy {metrics['token_accuracy']:.2f}%, BLEU {metrics['bleu']:.2f}")
+    for (source, reference), output in list(zip(pairs, outputs))[:5]:
+        mark = "✓" if output == reference else "✗"
+        print(f"  {mark} {source!r} -> {output!r}" + ("" if output == reference else f"  (reference {reference!r})"))
+
+
+def run_translate(args: argparse.Namespace) -> None:
+    run = open_run(args.checkpoint, args.device)
+    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not sentences:
+        raise ValueError("nothing to translate: give sentences as arguments or on standard input")
+    outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.levels, args.beam)
+    for output in outputs:
+        print(output)
+    if args.attention:
+        src_level, tgt_level = run.levels
+        src = encode_sources(sentences[:1], run.src_vocab, src_level, run.model.config.max_len)
+        out_ids = run.tgt_vocab.encode(tokenize(outputs[0], tgt_level)) + [EOS_ID]
+        weights = cross_attention(run.model, src, out_ids)  # (heads, T, S)
+        source_tokens = tokenize(sentences[0], src_level)
+        output_tokens = tokenize(outputs[0], tgt_level) + ["<eos>"]
+        if plot_attention(weights, source_tokens, output_tokens, args.attention):
+            print(f"cross-attention of {detokenize(source_tokens, src_level)!r} written to {args.attention}",
+                  file=sys.stderr)
+        else:
+            print('matplotlib is not installed, so no picture: pip install "tinygrad-tx[viz]"', file=sys.stderr)
+
+
+def run_tasks(args: argparse.Namespace) -> None:
+    for name, task in TASKS.items():
+        source, target = task.example()
+        print(f"{name:8s} {task.description}\n         {source!r} -> {target!r}")

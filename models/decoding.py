@@ -1,0 +1,129 @@
+"""Turning a trained encoder-decoder into output sequences: greedy search and beam search.
+
+Both encode the source once and then feed one token per step, reusing the
+key/value cache, so step t costs one position instead of t. Both return a host
+array (B, L) of ids without BOS, each row ending with EOS and then padding (or
+cut at `max_len`). Padding is never generated: it is not a word, and excluding
+it keeps the fed tokens free of it, as the cache requires.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import tinygrad_tx as tx
+
+from .masks import as_ids
+from .transformer import Transformer
+
+
+def _log_probs(model: Transformer, tokens: np.ndarray, memory, src, cache) -> np.ndarray:
+    """log p(next token) for each row, with padding ruled out: (B, V) on the host, float64."""
+    logits = model.decode(tokens, memory, src, cache).numpy()[:, -1].astype(np.float64)  # (B, V)
+    logits[:, model.config.pad_id] = -np.inf
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+@tx.no_grad()
+def greedy_decode(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int) -> np.ndarray:
+    """The most likely next token at every step, until every row has produced EOS."""
+    src = as_ids(src, model.device)
+    memory, cache = model.encode(src), model.new_cache()
+    B, pad = src.shape[0], model.config.pad_id
+    out = np.full((B, max_len), pad, dtype=np.int64)
+    done = np.zeros(B, dtype=bool)
+    step, length = np.full((B, 1), bos_id, dtype=np.int64), 0
+    while length < max_len and not done.all():
+        step = _log_probs(model, step, memory, src, cache).argmax(axis=-1)[:, None]  # (B, 1)
+        out[:, length] = np.where(done, pad, step[:, 0])
+        done |= step[:, 0] == eos_id
+        length += 1
+    return out[:, :length]
+
+
+def gnmt_penalty(length: np.ndarray | int, alpha: float) -> np.ndarray | float:
+    """GNMT's length penalty ((5 + |Y|) / 6)^α (Wu et al., 2016): dividing log-probabilities
+    by it stops the search from preferring short outputs just because they multiply fewer
+    probabilities."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@tx.no_grad()
+def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int,
+                beam_size: int = 4, length_penalty: float = 0.6) -> np.ndarray:
+    """Keep the `beam_size` best prefixes per source; return the best finished hypothesis.
+
+    Prefixes are ranked by their log-probability; a hypothesis that ends with EOS
+    among the top `beam_size` candidates is finished and scored by its
+    log-probability / gnmt_penalty(length, `length_penalty`) (0 compares plain
+    log-probabilities). A source is done when `beam_size` hypotheses have finished
+    (every beam has ended); the search stops when every source is done.
+    """
+    src = as_ids(src, model.device)
+    B, K, pad = src.shape[0], beam_size, model.config.pad_id
+    rows = np.repeat(np.arange(B), K)  # each source once per beam
+    src = src[rows]  # (B·K, S)
+    memory, cache = model.encode(src), model.new_cache()
+    prefixes = np.zeros((B, K, 0), dtype=np.int64)  # generated so far, BOS excluded
+    scores = np.tile([0.0] + [-np.inf] * (K - 1), (B, 1))  # (B, K): one live beam at the start
+    finished = _Finished(B, K, max_len, pad)
+    step = np.full((B * K, 1), bos_id, dtype=np.int64)
+    for length in range(1, max_len + 1):
+        logp = _log_probs(model, step, memory, src, cache)  # (B·K, V)
+        V = logp.shape[-1]
+        candidates = (scores[:, :, None] + logp.reshape(B, K, V)).reshape(B, K * V)
+        top = np.argsort(-candidates, axis=-1, kind="stable")[:, :2 * K]  # (B, 2K): at most K end with EOS
+        top_scores = np.take_along_axis(candidates, top, axis=-1)
+        beam, token = top // V, top % V  # (B, 2K)
+        grown = np.concatenate([np.take_along_axis(prefixes, beam[:, :, None], axis=1), token[:, :, None]], axis=2)
+        ends = token == eos_id
+        finished.add(grown, top_scores / gnmt_penalty(length, length_penalty),
+                     ends & (np.arange(2 * K) < K))
+        live = np.argsort(ends, axis=-1, kind="stable")[:, :K]  # the best K that did not end
+        prefixes = np.take_along_axis(grown, live[:, :, None], axis=1)  # (B, K, length)
+        scores = np.take_along_axis(top_scores, live, axis=-1)
+        if finished.all_done() or length == max_len:
+            break
+        parent = np.take_along_axis(beam, live, axis=-1)  # (B, K)
+        for c in cache:
+            c.reorder((np.arange(B)[:, None] * K + parent).reshape(-1))
+        step = prefixes[:, :, -1].reshape(B * K, 1)
+    # sources still short of K finished hypotheses at max_len: their live prefixes compete too
+    finished.add(prefixes, scores / gnmt_penalty(length, length_penalty), np.ones((B, K), dtype=bool))
+    return finished.best()
+
+
+class _Finished:
+    """The best `K` finished hypotheses of each source, with their length-penalised scores."""
+
+    def __init__(self, B: int, K: int, max_len: int, pad: int):
+        self.K, self.max_len, self.pad = K, max_len, pad
+        self.scores = np.full((B, K), -np.inf)
+        self.seqs = np.full((B, K, max_len), pad, dtype=np.int64)
+        self.count = np.zeros(B, dtype=np.int64)
+        self.done = np.zeros(B, dtype=bool)
+
+    def add(self, seqs: np.ndarray, scores: np.ndarray, take: np.ndarray) -> None:
+        """Add hypotheses `seqs` (B, N, L) where `take` (B, N) holds, for sources not yet done."""
+        take = take & ~self.done[:, None] & np.isfinite(scores)
+        B, N, L = seqs.shape
+        padded = np.full((B, N, self.max_len), self.pad, dtype=np.int64)
+        padded[:, :, :L] = seqs
+        all_scores = np.concatenate([self.scores, np.where(take, scores, -np.inf)], axis=1)
+        all_seqs = np.concatenate([self.seqs, padded], axis=1)
+        keep = np.argsort(-all_scores, axis=-1, kind="stable")[:, :self.K]
+        self.scores = np.take_along_axis(all_scores, keep, axis=-1)
+        self.seqs = np.take_along_axis(all_seqs, keep[:, :, None], axis=1)
+        self.count += take.sum(axis=1)
+        self.done |= self.count >= self.K
+
+    def all_done(self) -> bool:
+        return bool(self.done.all())
+
+    def best(self) -> np.ndarray:
+        """(B, L): each source's best hypothesis, trimmed to the longest one."""
+        out = self.seqs[:, 0]
+        used = (out != self.pad).any(axis=0)
+        return out[:, : (np.flatnonzero(used).max() + 1) if used.any() else 0]

@@ -1,0 +1,72 @@
+"""Pictures of a run: learning curves and cross-attention heatmaps (matplotlib, optional).
+
+Without matplotlib these return False instead of failing: pictures are a bonus,
+never a reason for a training run to crash.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: works without a screen
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def plot_curves(run_dir: Path) -> bool:
+    """curves.png: training loss and validation accuracy against the step."""
+    plt = _pyplot()
+    if plt is None:
+        return False
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "loss" in r]
+    valid = [r for r in records if "valid_exact_match" in r]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot([r["step"] for r in train], [r["loss"] for r in train])
+    left.set(xlabel="step", ylabel="training loss (label-smoothed)", yscale="log", title="loss")
+    for key, label in (("valid_exact_match", "exact match"), ("valid_token_accuracy", "token accuracy")):
+        right.plot([r["step"] for r in valid], [r[key] for r in valid], marker="o", label=label)
+    right.set(xlabel="step", ylabel="% of validation set", ylim=(0, 101), title="validation")
+    right.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(run_dir / "curves.png", dpi=100)
+    plt.close(fig)
+    return True
+
+
+def plot_attention(weights: np.ndarray, source: Sequence[str], output: Sequence[str], path: str | Path) -> bool:
+    """One heatmap per head: which source token each generated token looked at.
+
+    `weights`: (heads, len(output), len(source)) cross-attention of one sentence.
+    """
+    plt = _pyplot()
+    if plt is None:
+        return False
+    heads = weights.shape[0]
+    cols = min(heads, 4)
+    rows = -(-heads // cols)
+    scale = max(len(source), len(output)) / 12 + 1
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols * scale, 3.0 * rows * scale), squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h >= heads:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(source)), [repr(t)[1:-1] for t in source], rotation=90, fontsize=8)
+        ax.set_yticks(range(len(output)), [repr(t)[1:-1] for t in output], fontsize=8)
+        ax.set_title(f"head {h}", fontsize=9)
+    fig.suptitle("cross-attention, last decoder layer (rows: generated, columns: source)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

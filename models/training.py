@@ -1,0 +1,211 @@
+"""Training a translation model on a toy task or a TSV corpus, with checkpoints that resume exactly.
+
+A run is deterministic given its seed: the data split, the initial weights, the
+batch order (a function of seed and epoch) and dropout (the backend generator,
+whose state is checkpointed). So an interrupted run resumed from its last
+checkpoint computes the very same losses as one that was never interrupted.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from tinygrad_tx import optim
+
+from .data import PAD_ID, Batcher, Pair, Vocab, encode_pairs, read_tsv, split_pairs, tokenize
+from .evaluation import score, translate
+from .plots import plot_curves
+from .run import RunError, load_checkpoint, write_json, write_pairs
+from .tasks import get_task
+from .transformer import Transformer
+
+
+@dataclass
+class TrainSettings:
+    """Everything `train` accepts; the command line fills it, a task's defaults fill the gaps."""
+
+    task: str | None = None
+    data: str | None = None
+    level: str = "word"  # tokenisation of a --data corpus
+    out: str | None = None
+    steps: int = 3000
+    batch_size: int = 64
+    d_model: int = 64
+    heads: int = 4
+    layers: int = 2
+    d_ff: int = 256
+    dropout: float = 0.1
+    lr: float = 2e-3
+    warmup: int = 200
+    label_smoothing: float = 0.1
+    seed: int = 0
+    n_train: int = 20000
+    n_held_out: int = 500
+    eval_every: int = 500
+    log_every: int = 10
+    device: str = "cpu"
+    resume: bool = False
+
+
+TASK_DEFAULTS: dict[str, dict] = {
+    # sized so each reaches its target accuracy on a 2-core laptop CPU in minutes
+    "copy": dict(steps=1200),
+    "reverse": dict(steps=1500),
+    "sort": dict(steps=1500),
+    "numbers": dict(steps=4000, d_model=96, d_ff=384, layers=2),
+    "dates": dict(steps=4000, d_model=96, d_ff=384, layers=2),
+    "grammar": dict(steps=4000, d_model=96, d_ff=384, layers=2),
+}
+
+
+def load_pairs(settings: TrainSettings) -> tuple[dict[str, list[Pair]], str, str]:
+    """Train/valid/test pairs and the source/target tokenisation levels."""
+    if (settings.task is None) == (settings.data is None):
+        raise ValueError("train needs exactly one of --task NAME or --data pairs.tsv")
+    if settings.task is not None:
+        task = get_task(settings.task)
+        n = settings.n_held_out
+        return task.make_splits(settings.seed, settings.n_train, n, n), task.src_level, task.tgt_level
+    return split_pairs(read_tsv(settings.data), settings.seed), settings.level, settings.level
+
+
+class Trainer:
+    """One training run in one run directory."""
+
+    def __init__(self, settings: TrainSettings):
+        self.s = settings
+        self.dir = Path(settings.out or f"runs/{settings.task or Path(settings.data).stem}")
+        splits, self.src_level, self.tgt_level = load_pairs(settings)
+        self.train_pairs, self.valid_pairs, self.test_pairs = splits["train"], splits["valid"], splits["test"]
+        tokenized = [(tokenize(s, self.src_level), tokenize(t, self.tgt_level)) for s, t in self.train_pairs]
+        self.src_vocab = Vocab.build(s for s, _ in tokenized)
+        self.tgt_vocab = Vocab.build(t for _, t in tokenized)
+        longest = max(max(len(s), len(t)) for s, t in tokenized)
+        tx.manual_seed(settings.seed)
+        self.model = Transformer(
+            len(self.src_vocab), len(self.tgt_vocab), d_model=settings.d_model, num_heads=settings.heads,
+            num_encoder_layers=settings.layers, num_decoder_layers=settings.layers, d_ff=settings.d_ff,
+            dropout=settings.dropout, max_len=2 * longest + 16, pad_id=PAD_ID).to(settings.device)
+        self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
+        warmup = min(settings.warmup, settings.steps // 4)  # short runs still get to decay
+        self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, settings.lr, settings.lr * 0.05)
+        src_ids, tgt_ids = encode_pairs(self.train_pairs, self.src_vocab, self.tgt_vocab,
+                                        self.src_level, self.tgt_level)
+        self.batcher = Batcher(src_ids, tgt_ids, settings.batch_size, seed=settings.seed)
+        self.step, self.best, self.warned_no_plot = 0, -1.0, False
+
+    # -- the run directory -------------------------------------------------------------
+    def start(self) -> None:
+        """Create the run directory, or, with --resume, restore the last checkpoint."""
+        if self.s.resume:
+            self.restore()
+            return
+        if (self.dir / "last.npz").exists():
+            raise RunError(f"{self.dir} already holds a run; use --resume to continue it or --out for a new one")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.dir / "run.json", {
+            "src_level": self.src_level, "tgt_level": self.tgt_level, "model": asdict(self.model.config),
+            "settings": {k: v for k, v in asdict(self.s).items() if k != "resume"}})
+        write_json(self.dir / "vocab.json", {"src": self.src_vocab.to_dict(), "tgt": self.tgt_vocab.to_dict()})
+        write_pairs(self.dir / "valid.tsv", self.valid_pairs)
+        write_pairs(self.dir / "test.tsv", self.test_pairs)
+        (self.dir / "metrics.jsonl").write_text("")
+
+    def save(self, name: str) -> None:
+        backend = tx.get_backend(self.s.device)
+        tx.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "schedule": self.schedule.state_dict(), "step": self.step, "best": self.best,
+                 "rng": json.dumps(backend.rng.bit_generator.state)}, self.dir / name)
+
+    def restore(self) -> None:
+        state = load_checkpoint(self.dir / "last.npz")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.step, self.best = int(state["step"]), float(state["best"])
+        tx.get_backend(self.s.device).rng.bit_generator.state = json.loads(str(state["rng"]))
+        # forget what was logged after the checkpoint: those steps are about to run again
+        log = self.dir / "metrics.jsonl"
+        kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= self.step]
+        log.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, record: dict) -> None:
+        with open(self.dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # -- training ------------------------------------------------------------------------
+    def batches(self):
+        """Batches from the current step on: epoch and position follow from the step count."""
+        per_epoch = len(self.batcher)
+        epoch, skip = divmod(self.step, per_epoch)
+        while True:
+            for i, batch in enumerate(self.batcher.batches(epoch)):
+                if i >= skip:
+                    yield batch
+            epoch, skip = epoch + 1, 0
+
+    def train(self, progress) -> str:
+        """Train until `steps`; returns "done" or "interrupted" (Ctrl-C stops at a step boundary)."""
+        stop = []
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True))
+        try:
+            return self._loop(progress, stop)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _loop(self, progress, stop) -> str:
+        self.model.train()
+        params = self.model.parameters()
+        tokens, started = 0, time.perf_counter()
+        for src, tgt_in, tgt_out in self.batches():
+            if self.step >= self.s.steps:
+                return "done"
+            if stop:
+                self.save("last.npz")
+                return "interrupted"
+            logits = self.model(src, tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits, tgt_out, ignore_index=PAD_ID, label_smoothing=self.s.label_smoothing)
+            self.optimizer.zero_grad()
+            loss.backward()
+            optim.clip_grad_norm(params, 1.0)
+            self.optimizer.step()
+            self.schedule.step()
+            self.step += 1
+            tokens += int((tgt_out != PAD_ID).sum())
+            progress.update(1)
+            if self.step % self.s.log_every == 0:
+                rate = tokens / (time.perf_counter() - started)
+                record = {"step": self.step, "loss": round(loss.item(), 5), "lr": self.schedule.get_lr(),
+                          "tokens_per_s": round(rate)}
+                progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{rate:.0f}", lr=f"{record['lr']:.1e}")
+                self.log(record)
+            if self.step % self.s.eval_every == 0 or self.step == self.s.steps:
+                self.validate(progress)
+        return "done"
+
+    def validate(self, progress) -> None:
+        """Score greedy translations of the validation pairs; keep `best.npz`, write `last.npz`."""
+        self.model.eval()
+        sources = [s for s, _ in self.valid_pairs]
+        references = [t for _, t in self.valid_pairs]
+        outputs = translate(self.model, sources, self.src_vocab, self.tgt_vocab, (self.src_level, self.tgt_level))
+        metrics = score(outputs, references, self.tgt_level)
+        self.model.train()
+        self.log({"step": self.step, "valid_exact_match": metrics["exact_match"],
+                  "valid_token_accuracy": metrics["token_accuracy"], "valid_bleu": metrics["bleu"]})
+        progress.write(f"step {self.step}: validation exact match {metrics['exact_match']:.1f}%, "
+                       f"token accuracy {metrics['token_accuracy']:.1f}%")
+        for s, o, r in list(zip(sources, outputs, references))[:3]:
+            progress.write(f"  {s!r} -> {o!r}   (reference {r!r})")
+        if metrics["exact_match"] > self.best:
+            self.best = metrics["exact_match"]
+            self.save("best.npz")
+        self.save("last.npz")
+        if not plot_curves(self.dir) and not self.warned_no_plot:
+            progress.write("matplotlib is not installed, so no curves.png: pip install \"tinygrad-tx[viz]\"")
+            self.warned_no_plot = True

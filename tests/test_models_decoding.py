@@ -1,0 +1,171 @@
+"""Decoding: greedy and beam search agree where they must, beam search finds the true best
+hypothesis when nothing is pruned, the key/value cache changes nothing but the cost,
+eval() makes decoding deterministic, and save -> load keeps every logit."""
+import itertools
+
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+from models import GPT, EncoderClassifier, Transformer, beam_search, greedy_decode
+from models.decoding import gnmt_penalty
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+def small(seed=0, vocab=12, dtype=np.float32, **options):
+    tx.manual_seed(seed)
+    kwargs = dict(d_model=16, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=32, dropout=0.0,
+                  max_len=32, pad_id=PAD)
+    model = Transformer(vocab, vocab, **{**kwargs, **options})
+    for _, t in model.named_tensors():
+        t.data = t.data.astype(dtype)
+    return model.eval()
+
+
+def sources(n=16, S=7, vocab=12, seed=3):
+    src = np.random.default_rng(seed).integers(3, vocab, (n, S))
+    src[::3, 4:] = PAD
+    return src
+
+
+def check_layout(out, max_len):
+    """Each row: tokens (no pad), then EOS and only pad after it, or max_len tokens without EOS."""
+    assert out.dtype.kind == "i" and out.shape[1] <= max_len
+    for row in out:
+        ends = np.flatnonzero(row == EOS)
+        if ends.size:
+            assert np.all(row[ends[0] + 1:] == PAD) and np.all(row[:ends[0]] != PAD)
+        else:
+            assert len(row) == max_len and np.all(row != PAD)
+
+
+def test_beam_of_one_is_greedy():
+    model = small()
+    model.out.bias.data[EOS] += 0.6  # so that rows end at different steps
+    src = sources()
+    greedy = greedy_decode(model, src, 10, BOS, EOS)
+    check_layout(greedy, 10)
+    lengths = {int((row != PAD).sum()) for row in greedy}
+    assert len(lengths) > 2, "the test needs rows that end at different steps"
+    np.testing.assert_array_equal(beam_search(model, src, 10, BOS, EOS, beam_size=1), greedy)
+
+
+def exhaustive_best(model, src_row, max_len, alpha):
+    """The hypothesis with the best log p / gnmt_penalty among ALL of them, each scored by a
+    full (uncached) forward pass: the ones that end with EOS and the ones cut at max_len."""
+    words = [t for t in range(model.config.tgt_vocab) if t not in (PAD, EOS)]
+    hypotheses = [(*body, EOS) for n in range(max_len) for body in itertools.product(words, repeat=n)]
+    hypotheses += list(itertools.product(words, repeat=max_len))
+    tgt_in = np.full((len(hypotheses), max_len), PAD)
+    for i, h in enumerate(hypotheses):  # right padding hides nothing from earlier positions
+        tgt_in[i, :len(h)] = (BOS, *h[:-1])
+    logits = model(np.repeat(src_row[None], len(hypotheses), axis=0), tgt_in).numpy()  # (N, L, V)
+    logits[..., PAD] = -np.inf
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    scores = [sum(logp[i, t, tok] for t, tok in enumerate(h)) / gnmt_penalty(len(h), alpha)
+              for i, h in enumerate(hypotheses)]
+    return hypotheses[int(np.argmax(scores))]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_unpruned_beam_search_finds_the_best_hypothesis(alpha):
+    """With a beam wider than every prefix set, beam search must return the exhaustive optimum
+    (here the optimum's length depends on alpha: 1 for 0.0; 4 and 1 for 0.6; 4, 2 and 1 for 1.5)."""
+    vocab, max_len = 5, 4
+    model = small(vocab=vocab, dtype=np.float64, seed=5)
+    model.out.weight.data *= 3.0  # peaked distributions, so that long hypotheses can win
+    src = sources(n=3, vocab=vocab, seed=5)
+    found = beam_search(model, src, max_len, BOS, EOS, beam_size=128, length_penalty=alpha)
+    for b in range(len(src)):
+        got = tuple(int(t) for t in found[b] if t != PAD)
+        best = exhaustive_best(model, src[b], max_len, alpha)
+        assert got == best, f"source {b}: beam search {got}, exhaustive {best}"
+
+
+def test_beam_search_layout_and_early_stop():
+    model = small()
+    model.out.bias.data[EOS] += 0.3  # some sources end early, some run to max_len
+    out = beam_search(model, sources(), 10, BOS, EOS, beam_size=4)
+    check_layout(out, 10)
+    assert out.shape[1] == 10 and (out == EOS).any()
+
+    model.out.bias.data[EOS] += 0.7  # now every beam ends soon
+    steps = []
+    decode = model.decode
+    model.decode = lambda *args: steps.append(1) or decode(*args)
+    out = beam_search(model, sources(), 10, BOS, EOS, beam_size=4)
+    check_layout(out, 10)
+    assert len(steps) < 10  # stopped once every beam had ended
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_cached_decoding_equals_recomputing_the_prefix(norm_first):
+    model = small(dtype=np.float64, norm_first=norm_first)
+    src = sources(n=4)
+    with tx.no_grad():
+        memory = model.encode(src)
+        cache = model.new_cache()
+        tokens = np.full((4, 1), BOS)
+        for _ in range(8):
+            cached = model.decode(tokens[:, -1:], memory, src, cache).numpy()[:, -1]
+            full = model.decode(tokens, memory, src).numpy()[:, -1]
+            assert np.abs(cached - full).max() < 1e-6
+            cached[:, PAD] = -np.inf  # fed tokens are never padding (decoding never generates it)
+            tokens = np.concatenate([tokens, cached.argmax(-1)[:, None]], axis=1)
+        assert cache[0].length == 8  # one position per step, not the whole prefix again
+
+
+def test_gpt_cache_and_generate():
+    tx.manual_seed(0)
+    model = GPT(13, d_model=16, num_heads=4, num_layers=2, d_ff=32, dropout=0.0, max_len=24).eval()
+    for _, t in model.named_tensors():
+        t.data = t.data.astype(np.float64)
+    prompt = np.random.default_rng(0).integers(0, 13, (3, 5))
+    out = model.generate(prompt, 6)
+    np.testing.assert_array_equal(out[:, :5], prompt)
+    with tx.no_grad():
+        full = model(out).numpy()
+        cache = model.new_cache()
+        cached = np.concatenate([model(out[:, :5], cache).numpy()] +
+                                [model(out[:, t:t + 1], cache).numpy() for t in range(5, 11)], axis=1)
+    assert np.abs(full - cached).max() < 1e-6
+    np.testing.assert_array_equal(out[:, 5:], full[:, 4:-1].argmax(-1))  # greedy continuation
+    sampled = model.generate(prompt, 6, temperature=1.0, rng=np.random.default_rng(1))
+    assert sampled.shape == (3, 11) and sampled.min() >= 0 and sampled.max() < 13
+
+
+def test_eval_makes_decoding_deterministic():
+    model = small(dropout=0.3)
+    src = sources()
+    tgt = np.random.default_rng(0).integers(3, 12, (16, 5))
+    model.train()
+    assert np.abs(model(src, tgt).numpy() - model(src, tgt).numpy()).max() > 1e-3  # dropout is on
+    model.eval()
+    np.testing.assert_array_equal(model(src, tgt).numpy(), model(src, tgt).numpy())
+    np.testing.assert_array_equal(greedy_decode(model, src, 8, BOS, EOS), greedy_decode(model, src, 8, BOS, EOS))
+    np.testing.assert_array_equal(beam_search(model, src, 8, BOS, EOS), beam_search(model, src, 8, BOS, EOS))
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_save_then_load_gives_identical_logits(tmp_path, tie):
+    model = small(tie_embeddings=tie, norm_first=True)
+    path = tmp_path / "model.npz"
+    model.save(path)
+    loaded = Transformer.load(path)
+    assert loaded.config == model.config
+    src, tgt = sources(), np.random.default_rng(0).integers(3, 12, (16, 5))
+    np.testing.assert_array_equal(model(src, tgt).numpy(), loaded.eval()(src, tgt).numpy())
+    with pytest.raises(ValueError, match="not a GPT"):
+        GPT.load(path)
+
+
+def test_gpt_and_classifier_save_and_load(tmp_path):
+    tx.manual_seed(0)
+    ids = np.random.default_rng(0).integers(1, 9, (2, 6))
+    for model in (GPT(9, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8),
+                  EncoderClassifier(9, 3, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)):
+        model.save(tmp_path / "m.npz")
+        loaded = type(model).load(tmp_path / "m.npz")
+        np.testing.assert_array_equal(model.eval()(ids).numpy(), loaded.eval()(ids).numpy())
