@@ -1,0 +1,183 @@
+"""One Adam training step of the encoder-decoder Transformer: tinygrad_tx vs PyTorch eager.
+
+Both models have the same shape (embeddings, nn.Transformer-style layers with
+post-LN, output layer, dropout 0.1), get the same batch (padded, with a
+label-smoothed cross-entropy that ignores padding) and run alternately in one
+process; the median of several steps after warm-up is reported, with the
+ratio, the achieved matmul GFLOP/s as a fraction of this machine's measured
+sgemm rate, and (with --memory) the peak memory of each, each in a fresh process.
+
+    python benchmarks/train_step.py [--config S|M|both] [--steps 5] [--memory] [--device cpu|cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+CONFIGS = {
+    "S": dict(d_model=128, heads=4, layers=2, d_ff=512, vocab=1000, batch=64, length=32),
+    "M": dict(d_model=256, heads=8, layers=3, d_ff=1024, vocab=8000, batch=32, length=64),
+}
+PAD = 0
+
+
+def make_batch(c: dict, seed: int = 0):
+    """Random ids with a padded tail on half the rows, so masking is exercised."""
+    rng = np.random.default_rng(seed)
+    B, T, V = c["batch"], c["length"], c["vocab"]
+    src, tgt = rng.integers(1, V, (B, T)), rng.integers(1, V, (B, T + 1))
+    for row in range(0, B, 2):
+        cut = rng.integers(T // 2, T)
+        src[row, cut:], tgt[row, cut + 1:] = PAD, PAD
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def matmul_flops(c: dict) -> float:
+    """FLOPs of the step's matrix products: forward, plus twice that for backward."""
+    D, F, V, L, N, T = c["d_model"], c["d_ff"], c["vocab"], c["layers"], c["batch"] * c["length"], c["length"]
+    attention = 2 * 2 * c["batch"] * T * T * D  # q kᵀ and weights·v, all heads together
+    encoder_layer = 2 * N * (4 * D * D + 2 * D * F) + attention
+    decoder_layer = 2 * N * (8 * D * D + 2 * D * F) + 2 * attention
+    forward = L * (encoder_layer + decoder_layer) + 2 * N * D * V
+    return 3 * forward
+
+
+def sgemm_gflops(device: str) -> float:
+    """This machine's float32 matrix-product rate at n = 1024, via the backend's library."""
+    import tinygrad_tx as tx
+
+    xp = tx.get_backend(device).xp
+    a = xp.asarray(np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32))
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        (a @ a).sum().item()
+        times.append(time.perf_counter() - start)
+    return 2 * 1024 ** 3 / min(times) / 1e9
+
+
+def ours(c: dict, device: str):
+    import tinygrad_tx as tx
+    import tinygrad_tx.functional as F
+    from models import Transformer
+
+    tx.manual_seed(0)
+    model = Transformer(c["vocab"], c["vocab"], d_model=c["d_model"], num_heads=c["heads"],
+                        num_encoder_layers=c["layers"], num_decoder_layers=c["layers"], d_ff=c["d_ff"],
+                        dropout=0.1, max_len=c["length"], pad_id=PAD).to(device)
+    opt = tx.optim.Adam(model.parameters(), lr=1e-4)
+    src, tgt_in, tgt_out = make_batch(c)
+    target = tx.Tensor(tgt_out, device=device)
+
+    def step() -> None:
+        loss = F.cross_entropy(model(src, tgt_in), target, ignore_index=PAD, label_smoothing=0.1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()  # waits for the GPU, so the time is the step's
+
+    return step
+
+
+def theirs(c: dict, device: str):
+    import torch
+
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    D, V = c["d_model"], c["vocab"]
+    core = torch.nn.Transformer(D, c["heads"], c["layers"], c["layers"], c["d_ff"], dropout=0.1,
+                                batch_first=True).to(dev)
+    src_emb, tgt_emb, out = (torch.nn.Embedding(V, D).to(dev), torch.nn.Embedding(V, D).to(dev),
+                             torch.nn.Linear(D, V).to(dev))
+    pe = torch.zeros(c["length"], D, device=dev)
+    params = [*core.parameters(), *src_emb.parameters(), *tgt_emb.parameters(), *out.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-4)
+    src, tgt_in, tgt_out = (torch.as_tensor(a, device=dev) for a in make_batch(c))
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(c["length"], device=dev, dtype=torch.bool)
+    scale = D ** 0.5
+
+    def step() -> None:
+        h = core(src_emb(src) * scale + pe, tgt_emb(tgt_in) * scale + pe, tgt_mask=causal,
+                 src_key_padding_mask=src == PAD, tgt_key_padding_mask=tgt_in == PAD,
+                 memory_key_padding_mask=src == PAD)
+        loss = torch.nn.functional.cross_entropy(out(h).reshape(-1, V), tgt_out.reshape(-1),
+                                                 ignore_index=PAD, label_smoothing=0.1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    return step
+
+
+def time_side_by_side(steps: dict, repeats: int, warmup: int = 2) -> dict:
+    """Median seconds per step for each framework, run alternately so both see the same machine."""
+    samples = {name: [] for name in steps}
+    for i in range(warmup + repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            if i >= warmup:
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def peak_memory(config: str, framework: str, device: str) -> float:
+    """MiB of peak resident memory added by building the model and running 3 steps (fresh process)."""
+    code = (f"import sys; sys.path.insert(0, 'benchmarks'); import train_step as b; "
+            f"print(b.measure_in_process({config!r}, {framework!r}, {device!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def measure_in_process(config: str, framework: str, device: str) -> float:
+    import torch  # noqa: F401  (imported by both runs, so the baseline is the same)
+
+    import tinygrad_tx  # noqa: F401
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step = (ours if framework == "tinygrad_tx" else theirs)(CONFIGS[config], device)
+    for _ in range(3):
+        step()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="both", choices=["S", "M", "both"])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--memory", action="store_true", help="also measure peak memory (fresh processes)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args()
+    peak = sgemm_gflops(args.device)
+    print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)")
+    results = {}
+    for name in (["S", "M"] if args.config == "both" else [args.config]):
+        c = CONFIGS[name]
+        t = time_side_by_side({"torch": theirs(c, args.device), "tinygrad_tx": ours(c, args.device)}, args.steps)
+        gflop = matmul_flops(c) / 1e9
+        row = {"torch_ms": 1e3 * t["torch"], "ours_ms": 1e3 * t["tinygrad_tx"],
+               "ratio": t["tinygrad_tx"] / t["torch"], "gflop": gflop,
+               "ours_gflops": gflop / t["tinygrad_tx"], "ours_of_peak": gflop / t["tinygrad_tx"] / peak,
+               "torch_gflops": gflop / t["torch"]}
+        print(f"{name}: torch {row['torch_ms']:.0f} ms/step, tinygrad_tx {row['ours_ms']:.0f} ms/step, "
+              f"ratio {row['ratio']:.2f}; {gflop:.1f} GFLOP of matmuls a step = {row['ours_gflops']:.0f} "
+              f"GFLOP/s ours ({100 * row['ours_of_peak']:.0f}% of sgemm), {row['torch_gflops']:.0f} torch")
+        if args.memory:
+            row["torch_mib"] = peak_memory(name, "torch", args.device)
+            row["ours_mib"] = peak_memory(name, "tinygrad_tx", args.device)
+            print(f"   peak memory added: torch {row['torch_mib']:.0f} MiB, tinygrad_tx {row['ours_mib']:.0f} MiB, "
+                  f"ratio {row['ours_mib'] / row['torch_mib']:.2f}")
+        results[name] = row
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
