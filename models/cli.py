@@ -18,7 +18,7 @@ from dataclasses import fields
 
 import tinygrad_tx as tx
 
-from .data import DataError, EOS_ID, detokenize, tokenize
+from .data import EOS, DataError, detokenize, tokenize
 from .evaluation import InputTooLong, cross_attention, encode_sources, score, translate
 from .plots import plot_attention
 from .run import RunError, open_run
@@ -127,10 +127,11 @@ def run_translate(args: argparse.Namespace) -> None:
     if args.attention:
         src_level, tgt_level = run.levels
         src = encode_sources(sentences[:1], run.src_vocab, src_level, run.model.config.max_len)
-        out_ids = run.tgt_vocab.encode(tokenize(outputs[0], tgt_level)) + [EOS_ID]
-        weights = cross_attention(run.model, src, out_ids)  # (heads, T, S)
+        # row i: the query that produced output token i, fed BOS and the tokens before it
+        out_ids = run.tgt_vocab.encode(tokenize(outputs[0], tgt_level))
+        weights = cross_attention(run.model, src, out_ids)  # (heads, T + 1, S)
         source_tokens = tokenize(sentences[0], src_level)
-        output_tokens = tokenize(outputs[0], tgt_level) + ["<eos>"]
+        output_tokens = tokenize(outputs[0], tgt_level) + [EOS]
         if plot_attention(weights, source_tokens, output_tokens, args.attention):
             print(f"cross-attention of {detokenize(source_tokens, src_level)!r} written to {args.attention}",
                   file=sys.stderr)

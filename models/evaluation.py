@@ -56,8 +56,10 @@ def score(hypotheses: Sequence[str], references: Sequence[str], level: str) -> d
         right += sum(a == b for a, b in zip(h_tokens, r_tokens))
         total += len(r_tokens)
     n = len(references)
+    # character-level outputs are one "word" each: score their characters, not their words
+    bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize="char" if level == "char" else "13a")
     return {"exact_match": 100.0 * exact / max(n, 1), "token_accuracy": 100.0 * right / max(total, 1),
-            "bleu": sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score, "n": n}
+            "bleu": bleu.score, "n": n}
 
 
 def cross_attention(model: Transformer, src, output_ids) -> "np.ndarray":

@@ -54,9 +54,9 @@ class TrainSettings:
 
 TASK_DEFAULTS: dict[str, dict] = {
     # sized so each reaches its target accuracy on a 2-core laptop CPU in minutes
-    "copy": dict(steps=1200),
-    "reverse": dict(steps=1500),
-    "sort": dict(steps=1500),
+    "copy": dict(steps=2500),
+    "reverse": dict(steps=3000),
+    "sort": dict(steps=3000),
     "numbers": dict(steps=4000, d_model=96, d_ff=384, layers=2),
     "dates": dict(steps=4000, d_model=96, d_ff=384, layers=2),
     "grammar": dict(steps=4000, d_model=96, d_ff=384, layers=2),

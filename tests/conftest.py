@@ -1,8 +1,14 @@
 """Shared fixtures: the `device` every op test runs on, and PyTorch as an optional oracle."""
-import numpy as np
-import pytest
+import os
 
-import tinygrad_tx as tx
+# The tests' matrices are small: one BLAS thread is as fast, and several threads spin against
+# each other (and against anything else running) on a 2-core machine. Set before NumPy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import tinygrad_tx as tx  # noqa: E402
 
 DEVICES = ["cpu", "strict", "cuda"]
 
