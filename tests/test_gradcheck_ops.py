@@ -149,6 +149,11 @@ CASES: dict[str, dict[str, Case]] = {
         "transposed": Case(lambda a, b: a @ b, lambda d: [d.n(4, 3).T, d.n(2, 4).T]),
         "transposed_op": Case(lambda a, b: a.T @ b.swapaxes(0, 1), lambda d: [d.n(4, 3), d.n(2, 4)]),
     },
+    "Linear": {
+        "rows": Case(F.linear, lambda d: [d.n(3, 4), d.n(4, 2), d.n(2)]),
+        "batched_input": Case(F.linear, lambda d: [d.n(2, 3, 4), d.n(4, 5), d.n(5)]),
+        "transposed": Case(F.linear, lambda d: [d.n(4, 3).T, d.n(2, 4).T, d.n(2)]),
+    },
     "Exp": {"plain": Case(lambda a: a.exp(), lambda d: [d.n(2, 3)]),
             "transposed": Case(lambda a: a.exp(), lambda d: [d.n(3, 2).T])},
     "Log": {"plain": Case(lambda a: a.log(), lambda d: [d.pos(2, 3)])},
@@ -299,7 +304,7 @@ CASES: dict[str, dict[str, Case]] = {
 
 TWICE = {"Add", "Sub", "Cast", "Mul", "Div", "Neg", "Pow", "PowScalar", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid",
          "Relu", "Abs", "Sum", "Max", "Expand", "Reshape", "Transpose", "Cat", "Getitem", "ScatterAdd",
-         "MaskedFill", "Where", "MatMul", "Dropout"}
+         "MaskedFill", "Where", "MatMul", "Linear", "Dropout"}
 
 
 def make_inputs(case: Case, device: str) -> list:

@@ -10,6 +10,7 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from typing import Any
@@ -80,9 +81,29 @@ def _host_erf():
     return erf
 
 
+def _keep_freed_memory() -> None:
+    """Ask glibc to keep freed buffers for reuse instead of handing them back to the OS.
+
+    A training step allocates and frees the same large arrays every time. By default
+    glibc serves arrays above a size threshold with fresh mmap()s and returns them on
+    free, so every step pays page faults to zero that memory again (about 20% of a
+    small Transformer's step here). PyTorch avoids the same cost with a caching
+    allocator; this is NumPy's equivalent. Where glibc is absent, nothing changes.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    mallopt(M_MMAP_THRESHOLD, 32 * 2 ** 20)  # glibc's documented maximum on 64-bit
+    mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1)
+
+
 class NumpyBackend(Backend):
     def __init__(self):
         super().__init__("cpu", np, np.ndarray)
+        _keep_freed_memory()
         self._scatter_add = np.add.at
         self._erf = _host_erf()
 

@@ -6,6 +6,7 @@ layers in `tinygrad_tx.nn` hold parameters and call these.
 from __future__ import annotations
 
 from .ops import cross_entropy, dropout, embedding, scaled_dot_product_attention  # noqa: F401
+from .ops.arith import Linear
 from .ops.fused import LayerNorm
 from .tensor import Tensor
 
@@ -14,9 +15,18 @@ __all__ = ["linear", "relu", "gelu", "softmax", "log_softmax", "layer_norm", "dr
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
-    """x @ w + b with `w` of shape (in, out): (..., in) -> (..., out)."""
-    y = x @ w
-    return y if b is None else y + b
+    """x @ w + b with `w` of shape (in, out): (..., in) -> (..., out).
+
+    Leading axes are flattened first, so BLAS sees one (N, in) @ (in, out) product.
+    """
+    if b is None or x.ndim == 0:
+        return x @ w
+    if x.shape[-1] != w.shape[0] or b.shape != (w.shape[-1],):
+        raise ValueError(f"linear: input {x.shape}, weight {w.shape} and bias {b.shape} do not fit "
+                         "(need (..., in), (in, out), (out,))")
+    (x, w), (_, b) = x._pair(w, "linear"), x._pair(b, "linear")  # one dtype, or a clear error
+    y = Linear.apply(x.reshape(-1, x.shape[-1]), w, b)  # (N, out)
+    return y.reshape(*x.shape[:-1], w.shape[-1])
 
 
 def relu(x: Tensor) -> Tensor:

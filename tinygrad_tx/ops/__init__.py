@@ -1,5 +1,5 @@
 """The op library, grouped by kind. Importing it registers every op in `autograd.REGISTRY`."""
-from .arith import Add, Cast, Div, MatMul, Mul, Neg, Pow, PowScalar, Sub, matmul
+from .arith import Add, Cast, Div, Linear, MatMul, Mul, Neg, Pow, PowScalar, Sub, matmul
 from .attention import Attention, causal_mask, scaled_dot_product_attention
 from .fused import LayerNorm, LogSoftmax, Softmax
 from .loss import CrossEntropy, cross_entropy

@@ -104,6 +104,25 @@ class MatMul(Function):
         return gx, gy
 
 
+class Linear(Function):
+    """x @ w + b for a 2-D x (N, in), w (in, out), b (out,): the layer every model repeats.
+
+    One op instead of MatMul then Add: the bias is added into the product in place,
+    saving a pass over the (N, out) output and a buffer of its size.
+    """
+
+    def forward(self, x, w, b):
+        y = x @ w  # (N, out)
+        y += b
+        return y
+
+    def backward(self, g, x, w, b):  # g: (N, out)
+        gx = g @ w.T if self.needs_grad[0] else None  # (N, in)
+        gw = x.T @ g if self.needs_grad[1] else None  # (in, out)
+        gb = g.sum(axis=0) if self.needs_grad[2] else None  # (out,)
+        return gx, gw, gb
+
+
 def matmul(x: Tensor, y: Tensor) -> Tensor:
     """`x @ y` with NumPy's rules, arranged so BLAS sees the largest 2-D products.
 

@@ -19,33 +19,45 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 class CrossEntropy(OnceDifferentiable):
+    """Written for few passes over the (N, C) logits, the largest array of a language model:
+    forward reads them for the max, the shift, the exponentials and their sum; backward
+    writes the gradient once and fixes the N target entries."""
+
     def forward(self, logits, target, ignore_index, label_smoothing, reduction):
-        xp = self.xp
-        C = logits.shape[-1]
-        shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., C)
-        log_p = shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
-        keep = target != ignore_index if ignore_index is not None else xp.ones(target.shape, dtype=bool)
-        safe_target = xp.where(keep, target, 0)  # ignored ids may be anything, even out of range
-        nll = -xp.take_along_axis(log_p, safe_target[..., None], axis=-1)[..., 0]  # (...)
-        loss = (1 - label_smoothing) * nll - label_smoothing * log_p.mean(axis=-1)
-        loss = xp.where(keep, loss, 0)
-        self.count = max(int(keep.sum()), 1) if reduction == "mean" else 1
-        self.log_p, self.keep, self.target, self.eps, self.C = log_p, keep, safe_target, label_smoothing, C
-        self.reduction = reduction
+        xp, eps, C = self.xp, label_smoothing, logits.shape[-1]
+        rows, flat_target = xp.arange(target.size), target.reshape(-1)
+        keep = flat_target != ignore_index if ignore_index is not None else None  # (N,)
+        if keep is not None:
+            flat_target = xp.where(keep, flat_target, 0)  # ignored ids may be anything, even out of range
+        shifted = (logits - logits.max(axis=-1, keepdims=True)).reshape(-1, C)  # (N, C)
+        picked = shifted[rows, flat_target]  # (N,) the target's shifted logit
+        mean_shifted = shifted.mean(axis=-1) if eps else 0.0  # (N,)
+        e = xp.exp(shifted, out=shifted)  # (N, C), reusing the buffer
+        log_z = xp.log(e.sum(axis=-1))  # (N,) log Σ exp(shifted)
+        # -log p_t = log_z - shifted_t and mean_c(-log p_c) = log_z - mean_c(shifted_c)
+        loss = (1 - eps) * (log_z - picked) + eps * (log_z - mean_shifted)  # (N,)
+        if keep is not None:
+            loss = xp.where(keep, loss, 0)
+        self.count = max(int(keep.sum()), 1) if reduction == "mean" and keep is not None else (
+            target.size if reduction == "mean" else 1)
+        self.e, self.log_z, self.rows, self.target, self.keep = e, log_z, rows, flat_target, keep
+        self.eps, self.reduction = eps, reduction
         if reduction == "none":
-            return loss
-        total = loss.sum()
-        return total / self.count if reduction == "mean" else total
+            return loss.reshape(target.shape)
+        return loss.sum() / self.count if reduction == "mean" else loss.sum()
 
     def backward(self, g, logits, target):
-        xp = self.xp
-        p = xp.exp(self.log_p)  # (..., C)
-        q_target = xp.zeros_like(p)
-        xp.put_along_axis(q_target, self.target[..., None], 1 - self.eps, axis=-1)
-        gx = p - q_target - self.eps / self.C  # softmax - q
-        scale = g[..., None] if self.reduction == "none" else g / self.count
-        gx *= xp.where(self.keep[..., None], scale, 0).astype(p.dtype, copy=False)
-        return gx, None
+        xp, e, eps = self.xp, self.e, self.eps
+        C = e.shape[-1]
+        scale = g.reshape(-1) if self.reduction == "none" else xp.full(e.shape[0], g / self.count, dtype=e.dtype)
+        if self.keep is not None:
+            scale = xp.where(self.keep, scale, 0)  # (N,) ignored rows get no gradient
+        # d loss / d logits = (softmax - q) · scale, with q = (1 - ε) onehot(t) + ε / C
+        gx = e * (scale / xp.exp(self.log_z))[:, None]  # softmax · scale: (N, C)
+        if eps:
+            gx -= (eps / C * scale)[:, None]
+        gx[self.rows, self.target] -= (1 - eps) * scale
+        return gx.reshape(logits.shape), None
 
 
 def cross_entropy(logits: Tensor, target, ignore_index: int | None = None,
