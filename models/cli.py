@@ -23,7 +23,7 @@ from .evaluation import InputTooLong, cross_attention, encode_sources, score, tr
 from .plots import plot_attention
 from .run import RunError, open_run
 from .tasks import TASKS
-from .training import TASK_DEFAULTS, Trainer, TrainSettings
+from .training import Trainer, TrainSettings, settings_for
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
 
@@ -79,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
 def run_train(args: argparse.Namespace) -> None:
     given = {f.name: getattr(args, f.name) for f in fields(TrainSettings)
              if getattr(args, f.name, None) is not None}
-    settings = TrainSettings(**{**TASK_DEFAULTS.get(args.task, {}), **given})
+    settings = settings_for({**given, "resume": args.resume, "device": args.device})
     from tqdm import tqdm
 
     trainer = Trainer(settings)

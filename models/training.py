@@ -20,7 +20,7 @@ from tinygrad_tx import optim
 from .data import PAD_ID, Batcher, Pair, Vocab, encode_pairs, read_tsv, split_pairs, tokenize
 from .evaluation import score, translate
 from .plots import plot_curves
-from .run import RunError, load_checkpoint, write_json, write_pairs
+from .run import RunError, load_checkpoint, read_json, write_json, write_pairs
 from .tasks import get_task
 from .transformer import Transformer
 
@@ -64,6 +64,21 @@ TASK_DEFAULTS: dict[str, dict] = {
 }
 
 
+def run_directory(settings: TrainSettings) -> Path:
+    """--out, or runs/<task name or corpus file name>."""
+    return Path(settings.out or f"runs/{settings.task or Path(settings.data).stem}")
+
+
+def settings_for(given: dict) -> TrainSettings:
+    """The settings of a run: for a new run, the task's defaults under what was given; with
+    `resume`, those saved in the run directory under what was given again (say, more steps)."""
+    if not given.get("resume"):
+        return TrainSettings(**{**TASK_DEFAULTS.get(given.get("task"), {}), **given})
+    directory = run_directory(TrainSettings(**given))
+    saved = read_json(directory / "run.json")["settings"]
+    return TrainSettings(**{**saved, **given, "out": str(directory)})
+
+
 def load_pairs(settings: TrainSettings) -> tuple[dict[str, list[Pair]], str, str]:
     """Train/valid/test pairs and the source/target tokenisation levels."""
     if (settings.task is None) == (settings.data is None):
@@ -80,7 +95,7 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings):
         self.s = settings
-        self.dir = Path(settings.out or f"runs/{settings.task or Path(settings.data).stem}")
+        self.dir = run_directory(settings)
         splits, self.src_level, self.tgt_level = load_pairs(settings)
         self.train_pairs, self.valid_pairs, self.test_pairs = splits["train"], splits["valid"], splits["test"]
         tokenized = [(tokenize(s, self.src_level), tokenize(t, self.tgt_level)) for s, t in self.train_pairs]

@@ -13,7 +13,7 @@ import pytest
 import tinygrad_tx as tx
 from models import cli
 from models.run import open_run
-from models.training import Trainer, TrainSettings
+from models.training import Trainer, TrainSettings, settings_for
 
 TINY = ["--steps", "40", "--eval-every", "20", "--d-model", "16", "--heads", "2", "--layers", "1",
         "--d-ff", "32", "--n-train", "300", "--batch-size", "16"]
@@ -178,3 +178,28 @@ def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
         tx.save({"step": 2, "w": np.ones(3)}, path)
     assert path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["last.npz"]
+
+
+def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, "-m", "models", "train", "--task", "copy", "--out", str(out), *TINY]
+    args[args.index("--steps") + 1] = "100000"  # far more than it will get to run
+    process = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+        assert time.time() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "continue with --resume" in stdout
+    step = int(tx.load(out / "last.npz")["step"])
+    assert step >= 10
+    # no model flags given again: they come from the run directory's run.json
+    resumed = Trainer(settings_for({"task": "copy", "out": str(out), "resume": True}))
+    resumed.start()
+    assert resumed.step == step and resumed.s.d_model == 16
