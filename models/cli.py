@@ -92,7 +92,7 @@ def run_train(args: argparse.Namespace) -> None:
     if outcome == "interrupted":
         print(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
         sys.exit(130)
-    print(f"trained {settings.steps} steps in {time.perf_counter() - started:.0f} s")
+    print(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
     report(trainer.dir, beam=1, as_json=False, device=settings.device)
 
 
