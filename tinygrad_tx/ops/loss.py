@@ -49,7 +49,7 @@ class CrossEntropy(OnceDifferentiable):
     def backward(self, g, logits, target):
         xp, e, eps = self.xp, self.e, self.eps
         C = e.shape[-1]
-        scale = g.reshape(-1) if self.reduction == "none" else xp.full(e.shape[0], g / self.count, dtype=e.dtype)
+        scale = g.reshape(-1) if self.reduction == "none" else xp.broadcast_to(g / self.count, e.shape[:1])
         if self.keep is not None:
             scale = xp.where(self.keep, scale, 0)  # (N,) ignored rows get no gradient
         # d loss / d logits = (softmax - q) · scale, with q = (1 - ε) onehot(t) + ε / C
