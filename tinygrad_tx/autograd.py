@@ -119,7 +119,7 @@ class Function:
             needs_grad = [t.requires_grad for t in inputs]
             if True in needs_grad:
                 fn.inputs, fn.arrays, fn.needs_grad = inputs, arrays, needs_grad
-                fn.versions, fn.seq = [t._version for t in inputs], next(_counter)
+                fn.seq = next(clock)
                 out.requires_grad, out.grad_fn = True, fn
         return out
 
@@ -185,7 +185,9 @@ def topological_order(root: "Tensor") -> list[Function]:
 
 
 _sequence_number = operator.attrgetter("seq")
-_counter = itertools.count()
+clock = itertools.count(1)
+"""The engine's one clock: each recorded op takes its `seq` from it and each in-place change
+(`Tensor.bump_version`) its `_version`, so "changed after the op used it" is `_version > seq`."""
 
 
 def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
@@ -226,8 +228,8 @@ def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
             if len(grads) != len(fn.inputs):
                 raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
                                    f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
-            for t, gt, array, version in zip(fn.inputs, grads, fn.arrays, fn.versions):
-                if t.data is not array or t._version != version:
+            for t, gt, array in zip(fn.inputs, grads, fn.arrays):
+                if t.data is not array or t._version > fn.seq:
                     raise RuntimeError(
                         f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
                         "gradient would be wrong. Change tensors only after backward, or work on a copy")

@@ -64,7 +64,7 @@ class Tensor:
         """Record an in-place change of `.data` (optimizers call this after updating), so a
         graph that saved the old values refuses to backpropagate instead of being wrong.
         (Replacing `.data` with another array is noticed without this.)"""
-        self._version += 1
+        self._version = next(autograd.clock)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Make this leaf require grad (in place) and return it."""
