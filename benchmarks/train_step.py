@@ -7,7 +7,7 @@ process; the median of several steps after warm-up is reported, with the
 ratio, the achieved matmul GFLOP/s as a fraction of this machine's measured
 sgemm rate, and (with --memory) the peak memory of each, each in a fresh process.
 
-    python benchmarks/train_step.py [--config S|M|both] [--steps 5] [--memory] [--device cpu|cuda]
+    python benchmarks/train_step.py [--config S|M|both] [--steps 9] [--memory] [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="both", choices=["S", "M", "both"])
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=9)
     parser.add_argument("--memory", action="store_true", help="also measure peak memory (fresh processes)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
