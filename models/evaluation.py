@@ -66,25 +66,14 @@ def cross_attention(model: Transformer, src, output_ids) -> "np.ndarray":
     """Cross-attention weights (heads, T, S) of the last decoder layer for one sentence.
 
     The model is run once more, teacher-forced on its own output (BOS + output),
-    while the last layer's cross-attention is asked for its weights.
+    while `tx.inspect.attention_maps` records what each attention module looked at.
     """
     import numpy as np
 
     import tinygrad_tx as tx
+    from tinygrad_tx.inspect import attention_maps
 
-    attention = model.decoder.layers[-1].cross_attn
-    recorded = []
-    plain_forward = attention.forward
-
-    def recording_forward(*args, **kwargs):
-        out, weights = plain_forward(*args, **kwargs, return_weights=True)
-        recorded.append(weights.numpy())
-        return out
-
-    attention.forward = recording_forward  # an instance attribute shadows the method for this call
-    try:
-        with tx.no_grad():
-            model(src, np.concatenate([[BOS_ID], output_ids])[None])
-    finally:
-        del attention.forward
-    return recorded[-1][0]
+    last = f"decoder.layers.{len(model.decoder.layers) - 1}.cross_attn"
+    with tx.no_grad(), attention_maps(model) as maps:
+        model(src, np.concatenate([[BOS_ID], output_ids])[None])
+    return maps[last][-1].numpy()[0]
