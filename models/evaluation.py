@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
+import tinygrad_tx as tx
+from tinygrad_tx.inspect import attention_maps
+
 from .data import BOS_ID, EOS_ID, PAD_ID, Vocab, detokenize, pad, tokenize
 from .decoding import beam_search, greedy_decode
 from .transformer import Transformer
@@ -62,17 +67,12 @@ def score(hypotheses: Sequence[str], references: Sequence[str], level: str) -> d
             "bleu": bleu.score, "n": n}
 
 
-def cross_attention(model: Transformer, src, output_ids) -> "np.ndarray":
+def cross_attention(model: Transformer, src, output_ids) -> np.ndarray:
     """Cross-attention weights (heads, T, S) of the last decoder layer for one sentence.
 
     The model is run once more, teacher-forced on its own output (BOS + output),
     while `tx.inspect.attention_maps` records what each attention module looked at.
     """
-    import numpy as np
-
-    import tinygrad_tx as tx
-    from tinygrad_tx.inspect import attention_maps
-
     last = f"decoder.layers.{len(model.decoder.layers) - 1}.cross_attn"
     with tx.no_grad(), attention_maps(model) as maps:
         model(src, np.concatenate([[BOS_ID], output_ids])[None])

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tinygrad_tx as tx
-from models import cli
 from models.run import open_run
 from models.training import Trainer, TrainSettings, settings_for
 

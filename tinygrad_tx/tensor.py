@@ -6,12 +6,12 @@ Every method that computes something is one line that hands over to an op in
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from . import autograd
-from .backend import Backend, DeviceError, backend_of, get_backend
+from .backend import Backend, backend_of, get_backend
 
 DEFAULT_DTYPE = np.float32
 
