@@ -1,3 +1,3 @@
-from .cli import main
+from .translate.cli import main
 
 main()

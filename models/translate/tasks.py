@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from models import grammar
+from . import grammar
 
 Pair = tuple[str, str]
 Sampler = Callable[[random.Random], Pair]

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import tinygrad_tx as tx
-from models.run import open_run
-from models.training import Trainer, TrainSettings, settings_for
+from models.translate.run import open_run
+from models.translate.training import Trainer, TrainSettings, settings_for
 
 TINY = ["--steps", "40", "--eval-every", "20", "--d-model", "16", "--heads", "2", "--layers", "1",
         "--d-ff", "32", "--n-train", "300", "--batch-size", "16"]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -60,7 +60,7 @@ def test_evaluate_json_matches_a_recomputation(trained):
     assert set(metrics) == {"exact_match", "token_accuracy", "bleu", "n"}
     run = open_run(trained)
     pairs = run.held_out("test")
-    from models.evaluation import translate
+    from models.translate.evaluation import translate
 
     outputs = translate(run.model, [s for s, _ in pairs], run.src_vocab, run.tgt_vocab, run.levels)
     exact = 100 * np.mean([o == t for o, (_, t) in zip(outputs, pairs)])

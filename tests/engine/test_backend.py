@@ -153,7 +153,7 @@ def test_cuda_from_the_environment_without_cupy_fails_loudly():
     env = {**os.environ, "TINYGRAD_TX_DEVICE": "cuda"}
     result = subprocess.run([sys.executable, "-c", "import tinygrad_tx as tx; tx.Tensor([1.])"],
                             env=env, capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     assert result.returncode != 0
     assert INSTALL_HINT in result.stderr
 

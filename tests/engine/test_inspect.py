@@ -15,7 +15,7 @@ from tinygrad_tx import Tensor, autograd, nn
 from tinygrad_tx.inspect import (AnomalyError, attention_maps, detect_anomaly, graph_text, name_parameters, profile,
                                  record_modules, render, retain_grads, tensors_in_graph, to_dot, trace_backward)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def leaf(values, device="cpu", name=None):

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from models import data
-from models.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataError, Vocab
+from models.translate import data
+from models.translate.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataError, Vocab
 
 
 # --- tokens and vocabulary -----------------------------------------------------

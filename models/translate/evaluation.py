@@ -14,8 +14,8 @@ import tinygrad_tx as tx
 from tinygrad_tx.inspect import attention_maps
 
 from .data import BOS_ID, EOS_ID, PAD_ID, Vocab, detokenize, pad, tokenize
-from .decoding import beam_search, greedy_decode
-from .transformer import Transformer
+from ..decoding import beam_search, greedy_decode
+from ..transformer import Transformer
 
 
 class InputTooLong(ValueError):

@@ -25,7 +25,7 @@ from typing import Any
 import tinygrad_tx as tx
 
 from .data import Pair, Vocab, read_tsv
-from .transformer import Transformer
+from ..transformer import Transformer
 
 
 class RunError(RuntimeError):

@@ -23,7 +23,7 @@ from .evaluation import score, translate
 from .plots import plot_curves
 from .run import RunError, load_checkpoint, read_json, write_json, write_pairs
 from .tasks import get_task
-from .transformer import Transformer
+from ..transformer import Transformer
 
 
 @dataclass

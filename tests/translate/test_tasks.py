@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from models import grammar, tasks
-from models.grammar import ADJECTIVE_BY_EN, NOUN_BY_EN, VERB_BY_EN, NounPhrase, Sentence
+from models.translate import grammar, tasks
+from models.translate.grammar import ADJECTIVE_BY_EN, NOUN_BY_EN, VERB_BY_EN, NounPhrase, Sentence
 
 SIZES = dict(n_train=300, n_valid=50, n_test=50)
 

@@ -52,7 +52,7 @@ def test_encoder_classifier_learns_is_sorted():
 
 
 def test_copy_task_reaches_exact_match():
-    path = Path(__file__).resolve().parents[1] / "examples" / "copy_task.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "copy_task.py"
     spec = importlib.util.spec_from_file_location("copy_task", path)
     copy_task = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(copy_task)
