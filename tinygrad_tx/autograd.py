@@ -1,24 +1,71 @@
 """Reverse-mode autograd: the op pattern (`Function`), grad mode, and the graph walk.
 
-An op is a small `Function` subclass. `forward(self, *arrays)` works on raw
-backend arrays; `backward(self, g, *inputs)` gets the gradient of the op's
-output and the op's inputs, and returns one gradient per input.
+How to add an op
+================
+Everything an op needs is in this section; `ops/unary.py` is the shortest worked example.
 
-One backward, two readings. Backward formulas are written with operators and
-`self.xp` functions only (`g * (1 - xp.tanh(x) ** 2)`), so the same lines run
+1. **Write a `Function` subclass** in the `tinygrad_tx/ops/` file of its kind (arith,
+   unary, reduce, shape, select, nn, fused, loss, attention). Defining the class
+   registers it in `REGISTRY` under its class name; re-export it from
+   `tinygrad_tx/ops/__init__.py`.
 
-- on raw arrays, with `self.xp` the backend's NumPy/CuPy: the ordinary, fast
-  backward, with no graph and no per-op Tensor overhead; or
-- on Tensors, with `self.xp` = `TENSOR_MATH`: under `create_graph=True`, where
-  every step of the gradient is itself recorded, giving second derivatives.
+2. **`forward(self, *arrays, **params)`** computes on raw backend arrays (NumPy or
+   CuPy: use `self.xp` for array functions and `self.backend` for random numbers,
+   casts and scatter-add, never `numpy` directly). Tensor inputs arrive as
+   positional arrays in the order given to `apply`; keyword arguments of `apply`
+   arrive as `params` (axes, shapes, flags: plain Python values). Return one array.
 
-Fused ops (softmax, layer norm, cross-entropy, attention) derive their backward
-by hand on raw arrays and are once-differentiable: asking them for a second
-derivative raises a clear error.
+3. **Declare what backward keeps.** The engine already keeps the input arrays and
+   hands them to backward. Anything else backward needs (an output, a mask, a
+   param) is stored on `self` in forward, and every such name is listed in the
+   class attribute `saved = ("y", "axis")`. Nothing undeclared may be stored: the
+   registry tests check it, the profiler counts exactly these as "held for
+   backward", and `release()` frees exactly these after backward.
 
-The engine, not each op, undoes broadcasting (summing a gradient back to its
-input's shape) and checks every gradient's shape and dtype, so an op's backward
-stays as short as its math.
+4. **`backward(self, g, *inputs)`** gets the gradient of the output (`g`, shaped
+   like the output) and the inputs, and returns a tuple with one gradient per
+   Tensor input (None for an input that needs none; `self.needs_grad[i]` says
+   which want one, so skip the work for the others). Return the gradient in the
+   broadcast shape if that is natural: the engine sums it back to the input's
+   shape (`sum_to`) and checks shape and dtype, naming the op when they are wrong.
+
+   To be *twice* differentiable, write backward only with what works on both raw
+   arrays and Tensors: the operators `+ - * / ** @`, unary `-`, comparisons,
+   indexing `g[i]`; methods `.sum(axis=, keepdims=)`, `.reshape`, `.transpose`,
+   `.swapaxes`, `.astype`, `.shape`/`.ndim`/`.dtype`; and from `self.xp` only
+   the functions `TensorMath` provides (`exp log sqrt tanh sign where
+   broadcast_to`). Under `backward(create_graph=True)` the engine calls the same
+   backward with Tensors and `self.xp = TENSOR_MATH`, so every step of the
+   gradient is itself recorded. If backward needs more (in-place updates,
+   `scatter_add`, any other `xp` function), derive it on raw arrays and subclass
+   `OnceDifferentiable` instead: a second derivative then raises a clear error.
+
+5. **Give users a way in**: a Tensor method (`tensor.py`) or a function
+   (`functional.py`) that checks arguments, lifts numbers with `x._pair`, and calls
+   `YourOp.apply(*tensors, **params)`.
+
+6. **Test it** (the suite fails until you do). In `tests/engine/test_gradcheck_ops.py`
+   add `"YourOp": {"basic": Case(lambda x: x.your_op(), lambda d: [d.n(3, 4)])}` to
+   `CASES` (`d.n`, `d.pos`, `d.away`, `d.distinct` draw float64 inputs; each float
+   array becomes a Tensor that requires grad; the case must really run your op),
+   and add the name to `TWICE` if it is twice differentiable. The suite then runs
+   finite differences with a random upstream gradient on every device, a second
+   -order check, and checks that forward stored nothing undeclared. Where PyTorch
+   has the op, add a row to `tests/engine/test_torch_parity.py` (`UNARY`, `ARITH`,
+   ... or a test calling `compare(torch, device, dtype, ours, theirs, *arrays)`).
+
+The engine's side
+=================
+One backward, two readings: the ordinary backward runs each op's formula on raw
+arrays (fast, no graph); `create_graph=True` runs the same lines on Tensors. The
+engine, not each op, undoes broadcasting and checks every gradient, walks the
+graph in topological order without recursion, and releases each node after use
+unless `retain_graph=True`.
+
+`tensor.py` and this module need each other (an op makes a Tensor; a Tensor's
+methods apply ops), and `ops/` needs both: this module is imported first, and
+binds `Tensor` at its end, once `tensor.py` (which imports `ops` at its own
+end) has been defined. That is the one import cycle of the engine.
 """
 from __future__ import annotations
 
@@ -38,6 +85,10 @@ _grad_enabled = True
 _observers: list = []
 """Instruments watching every op (see `tinygrad_tx.inspect`); empty unless one is active,
 so an ordinary run pays one truthiness check per op and one per backward node."""
+
+clock = itertools.count(1)
+"""The engine's one clock: each recorded op takes its `seq` from it and each in-place change
+(`Tensor.bump_version`) its `_version`, so "changed after the op used it" is `_version > seq`."""
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -73,15 +124,18 @@ def is_grad_enabled() -> bool:
 
 
 class Function:
-    """One differentiable op. Subclasses are registered by name when defined.
+    """One differentiable op (see "How to add an op" above). Subclasses register by name.
 
-    While a graph is kept, `inputs` holds the input Tensors, `arrays` their arrays
-    as forward saw them, and `needs_grad` which inputs want a gradient, so that
-    backward can skip the others (the 2 in `x * 2` costs nothing).
+    A recorded node holds `inputs` (the input Tensors), `arrays` (their arrays as
+    forward saw them), `needs_grad` (which inputs want a gradient) and the values
+    named in `saved`. `release()` drops all of them once backward is done with the
+    node: a released node is `released`, and walking it again is a clear error.
     """
 
+    saved: tuple[str, ...] = ()  # what forward stores on self for backward, declared per op
     differentiable_twice = True  # fused ops with a raw-array backward set this False
     hooks = ()  # filled in by Tensor.register_hook on an intermediate tensor
+    released = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -97,6 +151,17 @@ class Function:
 
     def backward(self, g: Any, *inputs: Any) -> tuple:
         raise NotImplementedError
+
+    def saved_values(self) -> dict[str, Any]:
+        """The values this node keeps for backward beyond its inputs, by name (an op may
+        leave one unset when a param makes it unneeded)."""
+        return {name: vars(self)[name] for name in self.saved if name in vars(self)}
+
+    def release(self) -> None:
+        """Forget the inputs and the saved values, so their memory can be freed."""
+        for name in ("inputs", "arrays", *self.saved):
+            self.__dict__.pop(name, None)
+        self.released = True
 
     @classmethod
     def apply(cls, *inputs: "Tensor", **params: Any) -> "Tensor":
@@ -124,7 +189,7 @@ class Function:
         return out
 
     def __repr__(self) -> str:
-        if "inputs" not in self.__dict__:
+        if self.released:
             return f"<{self.name}, graph released>"
         args = ", ".join(t.name or str(t.shape) for t in self.inputs)
         return f"<{self.name}({args})>"
@@ -158,6 +223,9 @@ TENSOR_MATH = TensorMath()
 
 # -- the graph walk --------------------------------------------------------------------
 
+_sequence_number = operator.attrgetter("seq")
+
+
 def topological_order(root: "Tensor") -> list[Function]:
     """The nodes behind `root`, each before the nodes that produced its inputs.
 
@@ -170,24 +238,16 @@ def topological_order(root: "Tensor") -> list[Function]:
     seen, stack = {root.grad_fn}, [root.grad_fn]
     while stack:
         fn = stack.pop()
-        try:
-            inputs = fn.inputs
-        except AttributeError:
+        if fn.released:
             raise RuntimeError(
                 f"backward through {fn.name} a second time: its saved values were freed after "
-                "the first backward; pass retain_graph=True to the first call") from None
-        for t in inputs:
+                "the first backward; pass retain_graph=True to the first call")
+        for t in fn.inputs:
             producer = t.grad_fn
             if producer is not None and producer not in seen:
                 seen.add(producer)
                 stack.append(producer)
     return sorted(seen, key=_sequence_number, reverse=True)
-
-
-_sequence_number = operator.attrgetter("seq")
-clock = itertools.count(1)
-"""The engine's one clock: each recorded op takes its `seq` from it and each in-place change
-(`Tensor.bump_version`) its `_version`, so "changed after the op used it" is `_version > seq`."""
 
 
 def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
@@ -205,54 +265,76 @@ def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
         return sink.finish(create_graph)
     order = topological_order(root)
     if create_graph:
-        blocking = next((fn for fn in order if not fn.differentiable_twice), None)
-        if blocking is not None:
-            raise RuntimeError(f"{blocking.name} is once-differentiable: its backward works on raw "
-                               "arrays, so create_graph=True cannot give second derivatives through it")
-    pending = {root.grad_fn: grad if create_graph else grad.data}
+        _check_twice_differentiable(order)
+    pending = {root.grad_fn: grad if create_graph else grad.data}  # node -> gradient of its output
     with enable_grad() if create_graph else no_grad():
         for fn in order:
             g = pending.pop(fn, None)
-            if g is None:  # the ops that use its output returned None for it: nothing flows back
-                if not retain_graph:
-                    fn.__dict__.clear()
-                continue
-            if fn.hooks:
-                g = _run_hooks(fn.hooks, g, fn.backend)
-            if sink.nodes:
+            if g is not None:  # None: every use of its output sent nothing back, so neither does it
+                if fn.hooks:
+                    g = _run_hooks(fn.hooks, g, fn.backend)
                 sink.capture(fn, g)
-            if _observers:
-                grads = _watch_backward(fn, g, create_graph)
-            else:
-                grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
-            if len(grads) != len(fn.inputs):
-                raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
-                                   f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
-            for t, gt, array in zip(fn.inputs, grads, fn.arrays):
-                if t.data is not array or t._version > fn.seq:
-                    raise RuntimeError(
-                        f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
-                        "gradient would be wrong. Change tensors only after backward, or work on a copy")
-                if gt is None or not t.requires_grad:
-                    continue
-                if gt.shape != array.shape:
-                    gt = sum_to(gt, array.shape)
-                    if gt.shape != array.shape:
-                        raise RuntimeError(f"{fn.name}.backward returned a gradient of shape {gt.shape} "
-                                           f"for an input of shape {array.shape}")
-                if gt.dtype is not array.dtype and gt.dtype != array.dtype:
-                    raise RuntimeError(f"{fn.name}.backward returned a {gt.dtype} gradient for a "
-                                       f"{array.dtype} input")
-                producer = t.grad_fn
-                if producer is None:
-                    sink.add(t, gt)
-                elif producer in pending:
-                    pending[producer] = pending[producer] + gt  # fan-out: the uses add up
-                else:
-                    pending[producer] = gt
+                for t, gt in _input_gradients(fn, g, create_graph):
+                    _route(t, gt, pending, sink)
             if not retain_graph:
-                fn.__dict__.clear()  # release inputs and saved arrays: their memory can be freed
+                fn.release()
         return sink.finish(create_graph)
+
+
+def _input_gradients(fn: Function, g: Any, create_graph: bool):
+    """Run one node's backward; yield (input, gradient) for each input that takes one,
+    the gradient summed to the input's shape and checked."""
+    if _observers:
+        grads = _watch_backward(fn, g, create_graph)
+    else:
+        grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
+    if len(grads) != len(fn.inputs):
+        raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
+                           f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
+    for t, gt, array in zip(fn.inputs, grads, fn.arrays):
+        _check_unchanged(fn, t, array)
+        if gt is not None and t.requires_grad:
+            yield t, _fit(fn, gt, array)
+
+
+def _check_unchanged(fn: Function, t: "Tensor", array: Any) -> None:
+    """Refuse an input whose data was replaced or updated in place after `fn` used it."""
+    if t.data is not array or t._version > fn.seq:
+        raise RuntimeError(
+            f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
+            "gradient would be wrong. Change tensors only after backward, or work on a copy")
+
+
+def _fit(fn: Function, gt: Any, array: Any) -> Any:
+    """The gradient summed back over broadcast axes to the input's shape, and checked."""
+    if gt.shape != array.shape:
+        gt = sum_to(gt, array.shape)
+        if gt.shape != array.shape:
+            raise RuntimeError(f"{fn.name}.backward returned a gradient of shape {gt.shape} "
+                               f"for an input of shape {array.shape}")
+    if gt.dtype is not array.dtype and gt.dtype != array.dtype:
+        raise RuntimeError(f"{fn.name}.backward returned a {gt.dtype} gradient for a {array.dtype} input")
+    return gt
+
+
+def _route(t: "Tensor", gt: Any, pending: dict, sink: "_Sink") -> None:
+    """Send a gradient on: to the sink for a leaf, to the node that made `t` otherwise.
+
+    A tensor used k times gets k gradients; they are summed before its node runs."""
+    producer = t.grad_fn
+    if producer is None:
+        sink.add(t, gt)
+    elif producer in pending:
+        pending[producer] = pending[producer] + gt  # fan-out: the uses add up
+    else:
+        pending[producer] = gt
+
+
+def _check_twice_differentiable(order: list[Function]) -> None:
+    blocking = next((fn for fn in order if not fn.differentiable_twice), None)
+    if blocking is not None:
+        raise RuntimeError(f"{blocking.name} is once-differentiable: its backward works on raw "
+                           "arrays, so create_graph=True cannot give second derivatives through it")
 
 
 def _watch_forward(fn: Function, inputs: Sequence["Tensor"], arrays: list, params: dict) -> Any:
@@ -324,6 +406,7 @@ class _Sink:
         self.leaves: dict[int, list] = {}  # id -> [leaf, summed gradient]
 
     def capture(self, fn: Function, g: Any) -> None:
+        """Keep the gradient of a requested intermediate tensor (`tx.grad`)."""
         if fn in self.nodes:
             self.captured[self.nodes[fn]] = g
 

@@ -319,15 +319,15 @@ def make_inputs(case: Case, device: str) -> list:
     return out
 
 
-def ops_in_graph(out) -> set[str]:
-    """The names of the ops in the graph behind `out`."""
-    seen, stack = set(), [t.grad_fn for t in (out if isinstance(out, tuple) else (out,)) if t.grad_fn]
+def nodes_in_graph(out) -> list:
+    """The nodes of the graph behind `out` (a Tensor or a tuple of them)."""
+    seen, stack = {}, [t.grad_fn for t in (out if isinstance(out, tuple) else (out,)) if t.grad_fn]
     while stack:
         fn = stack.pop()
-        if fn not in seen:
-            seen.add(fn)
+        if id(fn) not in seen:
+            seen[id(fn)] = fn
             stack.extend(t.grad_fn for t in fn.inputs if t.grad_fn is not None)
-    return {fn.name for fn in seen}
+    return list(seen.values())
 
 
 ALL = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items() for name in cases]
@@ -348,11 +348,30 @@ def test_twice_differentiable_ops_are_exactly_those_checked_twice():
                            f"checked twice but once-differentiable: {sorted(TWICE - twice)}"
 
 
+ENGINE_STATE = {"backend", "xp", "inputs", "arrays", "needs_grad", "seq"}  # what `Function.apply` records
+
+
+@pytest.mark.parametrize("op,name", ALL)
+def test_ops_store_only_the_state_they_declare(op, name):
+    """Whatever forward keeps on the node beyond what the engine records is listed in `saved`
+    (the profiler counts it and `release()` frees it), and backward then frees all of it."""
+    case = CASES[op][name]
+    out = case.fn(*make_inputs(case, "cpu"))
+    nodes = nodes_in_graph(out)
+    for fn in nodes:
+        undeclared = set(vars(fn)) - ENGINE_STATE - set(fn.saved)
+        assert not undeclared, f"{fn.name} stores {sorted(undeclared)} without declaring them in `saved`"
+    (out if isinstance(out, tuple) else (out,))[0].sum().backward()
+    for fn in nodes:
+        kept = set(vars(fn)) & ({"inputs", "arrays"} | set(fn.saved))
+        assert fn.released and not kept, f"{fn.name} still holds {sorted(kept)} after backward"
+
+
 @pytest.mark.parametrize("op,name", ALL)
 def test_gradcheck(op, name, device):
     case = CASES[op][name]
     inputs = make_inputs(case, device)
-    assert op in ops_in_graph(case.fn(*inputs)), f"case {name!r} does not run {op}"
+    assert op in {fn.name for fn in nodes_in_graph(case.fn(*inputs))}, f"case {name!r} does not run {op}"
     assert tx.gradcheck(case.fn, inputs, **case.tol)
 
 

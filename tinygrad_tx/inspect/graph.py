@@ -68,7 +68,7 @@ def _inputs(t: Tensor) -> tuple:
     fn = t.grad_fn
     if fn is None:
         return ()
-    if "inputs" not in fn.__dict__:
+    if fn.released:
         raise RuntimeError(f"the graph behind this tensor was released by backward() (at {fn.name}): look at "
                            "it before backward, or call backward(retain_graph=True) to keep it")
     return tuple(fn.inputs)

@@ -7,7 +7,7 @@
 
 Per op: how many times it ran, its forward and backward time, and the bytes its
 nodes hold for backward: the input arrays and the arrays an op saves on itself
-(`self.y = ...`), which stay alive until backward releases the graph. That is
+(declared in the op's `saved`), which stay alive until backward releases the graph. That is
 the memory a step needs beyond the parameters, and where a fused op pays off.
 
 Times are the host's: on CUDA, kernels run asynchronously, so an op's time is
@@ -20,9 +20,6 @@ from dataclasses import dataclass
 
 from ..autograd import Function
 from .instrument import Instrument
-
-NOT_SAVED = ("backend", "xp")  # attributes every node has that are not saved values
-
 
 @dataclass
 class OpStats:
@@ -67,8 +64,8 @@ class profile(Instrument):
 
 
 def held_bytes(fn: Function, arrays: list) -> int:
-    """Bytes of the distinct arrays a node keeps: its inputs' and those it saved on itself."""
-    saved = [v for k, v in vars(fn).items() if k not in NOT_SAVED]
+    """Bytes of the distinct arrays a node keeps: its inputs' and those it declares in `saved`."""
+    saved = list(fn.saved_values().values())
     saved += [item for v in saved if isinstance(v, tuple) for item in v]  # e.g. an index of arrays
     distinct = {id(a): a for a in arrays + saved if hasattr(a, "nbytes") and hasattr(a, "dtype")}
     return sum(int(a.nbytes) for a in distinct.values())

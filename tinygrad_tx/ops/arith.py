@@ -60,6 +60,8 @@ class Div(Function):
 class PowScalar(Function):
     """x ** c for a Python number c."""
 
+    saved = ("exponent",)
+
     def forward(self, x, exponent):
         self.exponent = exponent
         return x ** exponent

@@ -33,6 +33,8 @@ def attention_weights(xp, q, k, keep, scale):
 
 
 class Attention(OnceDifferentiable):
+    saved = ("p", "drop", "p_used", "scale")
+
     def forward(self, q, k, v, keep, dropout_p, scale):
         p = self.p = attention_weights(self.xp, q, k, keep, scale)  # (..., Tq, Tk)
         if dropout_p > 0:

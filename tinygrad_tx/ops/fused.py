@@ -13,6 +13,8 @@ from ..autograd import OnceDifferentiable
 class Softmax(OnceDifferentiable):
     """y = exp(x - max x) / Σ exp(x - max x); subtracting the max keeps exp from overflowing."""
 
+    saved = ("y", "axis")
+
     def forward(self, x, axis):
         e = self.xp.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
@@ -28,6 +30,8 @@ class Softmax(OnceDifferentiable):
 
 class LogSoftmax(OnceDifferentiable):
     """y = x - logsumexp(x), the logsumexp taken around the max for stability."""
+
+    saved = ("y", "axis")
 
     def forward(self, x, axis):
         xp = self.xp
@@ -49,6 +53,8 @@ class LayerNorm(OnceDifferentiable):
     rows whose mean is large compared to their spread. eps sits inside the sqrt,
     as in PyTorch.
     """
+
+    saved = ("rstd", "x_hat")
 
     def forward(self, x, w, b, eps):
         centred = x - x.mean(axis=-1, keepdims=True)

@@ -23,6 +23,8 @@ class CrossEntropy(OnceDifferentiable):
     forward reads them for the max, the shift, the exponentials and their sum; backward
     writes the gradient once and fixes the N target entries."""
 
+    saved = ("count", "e", "log_z", "rows", "target", "keep", "eps", "reduction")
+
     def forward(self, logits, target, ignore_index, label_smoothing, reduction):
         xp, eps, C = self.xp, label_smoothing, logits.shape[-1]
         rows, flat_target = xp.arange(target.size), target.reshape(-1)

@@ -31,6 +31,8 @@ class Embedding(OnceDifferentiable):
     """Rows of `weight` picked by integer ids; the gradient scatters back with add,
     so an id used twice in a batch receives both gradients."""
 
+    saved = ("padding_idx",)
+
     def forward(self, weight, ids, padding_idx):
         self.padding_idx = padding_idx
         return weight[ids]  # (..., D)
@@ -53,6 +55,8 @@ def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tenso
 class Dropout(Function):
     """Zero each element with probability p and scale the rest by 1/(1-p), so the
     expected value is unchanged and evaluation needs no rescaling."""
+
+    saved = ("scaled_keep",)
 
     def forward(self, x, p):
         keep = self.backend.uniform(x.shape, x.dtype) >= p

@@ -28,6 +28,8 @@ def kept_shape(shape: tuple, axes: tuple) -> tuple:
 
 
 class Sum(Function):
+    saved = ("axis",)
+
     def forward(self, x, axis, keepdims):
         self.axis = axis
         return x.sum(axis=axis, keepdims=keepdims)
@@ -38,6 +40,8 @@ class Sum(Function):
 
 class Max(Function):
     """Maximum; the gradient goes to the maximal elements, split evenly between ties."""
+
+    saved = ("axis", "share")
 
     def forward(self, x, axis, keepdims):
         self.axis = axis

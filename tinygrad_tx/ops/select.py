@@ -17,6 +17,8 @@ from ..tensor import Tensor
 
 
 class Getitem(Function):
+    saved = ("index", "advanced")
+
     def forward(self, x, index, advanced):
         self.index, self.advanced = index, advanced
         return x[index]
@@ -39,6 +41,8 @@ def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool
 
 class ScatterAdd(Function):
     """Getitem's gradient as an op (used under create_graph); its own gradient is Getitem."""
+
+    saved = ("index", "advanced")
 
     def forward(self, g, shape, index, advanced):
         self.index, self.advanced = index, advanced
@@ -128,6 +132,8 @@ def as_mask(mask: Any, backend: Backend, op: str) -> Any:
 class MaskedFill(Function):
     """`value` where the mask is True, x elsewhere; no gradient flows to filled places."""
 
+    saved = ("mask",)
+
     def forward(self, x, mask, value):
         self.mask = mask
         return self.xp.where(mask, x.dtype.type(value), x)
@@ -147,6 +153,8 @@ class Where(Function):
     differentiates sqrt at x < 0 and the NaN (times 0) poisons the gradient. The
     fix is the "double where": `where(x > 0, where(x > 0, x, 1).sqrt(), 0)`.
     """
+
+    saved = ("cond",)
 
     def forward(self, a, b, cond):
         self.cond = cond

@@ -19,6 +19,8 @@ class Reshape(Function):
 class Transpose(Function):
     """Permute axes (NumPy's `transpose(axes)`); the gradient applies the inverse permutation."""
 
+    saved = ("axes",)
+
     def forward(self, x, axes):
         self.axes = tuple(a % x.ndim for a in axes)  # non-negative, or backward's inverse comes out wrong
         return x.transpose(axes)
@@ -30,6 +32,8 @@ class Transpose(Function):
 
 class Cat(Function):
     """Join along an existing axis; each input's gradient is its slice of g."""
+
+    saved = ("axis",)
 
     def forward(self, *xs, axis):
         self.axis = axis

@@ -80,6 +80,8 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 class Gelu(OnceDifferentiable):
     """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation."""
 
+    saved = ("approximate", "t", "cdf")
+
     def forward(self, x, approximate="none"):
         if approximate not in ("none", "tanh"):
             raise ValueError(f'gelu: approximate must be "none" or "tanh", not {approximate!r}')
