@@ -16,6 +16,7 @@ import numpy as np
 
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
+from .nn import dropout_mask
 from .select import as_mask
 
 
@@ -38,7 +39,7 @@ class Attention(OnceDifferentiable):
     def forward(self, q, k, v, keep, dropout_p, scale):
         p = self.p = attention_weights(self.xp, q, k, keep, scale)  # (..., Tq, Tk)
         if dropout_p > 0:
-            self.drop = (self.backend.uniform(p.shape, p.dtype) >= dropout_p) * p.dtype.type(1 / (1 - dropout_p))
+            self.drop = dropout_mask(self.backend, p.shape, p.dtype, dropout_p)
             p = p * self.drop
         else:
             self.drop = None

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
-from .nn import as_ids, check_ids
+from .nn import as_ids
+from .select import check_range
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -69,11 +70,11 @@ def cross_entropy(logits: Tensor, target, ignore_index: int | None = None,
         raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, not {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], not {label_smoothing}")
-    target = as_ids(target, logits.device)
+    target = as_ids(target, logits.device, "cross_entropy: targets")
     if target.shape != logits.shape[:-1]:
         raise ValueError(f"cross_entropy: logits of shape {logits.shape} need targets of shape "
                          f"{logits.shape[:-1]}, got {target.shape}")
     ids = target.data if ignore_index is None else target.data[target.data != ignore_index]
-    check_ids(ids, logits.shape[-1], "cross_entropy")
+    check_range(ids, logits.shape[-1], "cross_entropy: id")
     return CrossEntropy.apply(logits, target, ignore_index=ignore_index,
                               label_smoothing=label_smoothing, reduction=reduction)

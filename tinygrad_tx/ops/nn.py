@@ -6,25 +6,24 @@ from typing import Any
 import numpy as np
 
 from ..autograd import Function, OnceDifferentiable
+from ..backend import Backend
 from ..tensor import Tensor
+from .select import check_range
 
 
-def check_ids(ids: Any, size: int, op: str) -> None:
-    """Integer ids in [0, size), checked here because CuPy would wrap a bad id around silently."""
+def as_ids(ids: Any, device: str, what: str = "ids") -> Tensor:
+    """Integer ids (a Python int or list, a NumPy array or a Tensor) as an integer Tensor on `device`."""
+    if not isinstance(ids, Tensor):
+        ids = Tensor(np.asarray(ids) if isinstance(ids, (list, tuple, int)) else ids, device=device)
     if ids.dtype.kind not in "iu":
-        raise TypeError(f"{op}: ids must be integers, not {ids.dtype}")
-    if ids.size == 0:
-        return
-    bad = (ids < 0) | (ids >= size)
-    if bad.any():
-        raise IndexError(f"{op}: id {int(ids[bad].reshape(-1)[0])} is out of range for size {size}")
+        raise TypeError(f"{what} must be integers, not {ids.dtype}")
+    return ids
 
 
-def as_ids(ids: Any, device: str) -> Tensor:
-    """Ids as an integer Tensor on `device` (a Python list of ints stays integer here)."""
-    if isinstance(ids, Tensor):
-        return ids
-    return Tensor(np.asarray(ids) if isinstance(ids, (list, tuple, int)) else ids, device=device)
+def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
+    """Keep each element with probability 1 - p, scaled by 1/(1 - p): (mask · x) has x's
+    expected value, so evaluation needs no rescaling."""
+    return (backend.uniform(shape, dtype) >= p) * np.dtype(dtype).type(1 / (1 - p))
 
 
 class Embedding(OnceDifferentiable):
@@ -47,20 +46,18 @@ class Embedding(OnceDifferentiable):
 
 def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """`weight[ids]` for integer `ids` of any shape: (...,) -> (..., D)."""
-    ids = as_ids(ids, weight.device)
-    check_ids(ids.data, weight.shape[0], "embedding")
+    ids = as_ids(ids, weight.device, "embedding: ids")
+    check_range(ids.data, weight.shape[0], "embedding: id")
     return Embedding.apply(weight, ids, padding_idx=padding_idx)
 
 
 class Dropout(Function):
-    """Zero each element with probability p and scale the rest by 1/(1-p), so the
-    expected value is unchanged and evaluation needs no rescaling."""
+    """Zero each element with probability p and scale the rest by 1/(1-p) (`dropout_mask`)."""
 
     saved = ("scaled_keep",)
 
     def forward(self, x, p):
-        keep = self.backend.uniform(x.shape, x.dtype) >= p
-        self.scaled_keep = keep * x.dtype.type(1 / (1 - p))
+        self.scaled_keep = dropout_mask(self.backend, x.shape, x.dtype, p)
         return x * self.scaled_keep
 
     def backward(self, g, x):

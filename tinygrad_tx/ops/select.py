@@ -64,7 +64,8 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
     CuPy wraps an out-of-range index around instead of raising, so the check is ours.
     """
     items = index if isinstance(index, tuple) else (index,)
-    items = tuple(_index_array(item, backend) for item in items)
+    items = tuple(as_array(item, backend, "index arrays", "iub", IndexError) if isinstance(item, (Tensor, list, np.ndarray)) else item
+                  for item in items)
     consumed = sum(item.ndim if _is_bool_array(item) else 1 for item in items
                    if item is not None and item is not Ellipsis)
     if consumed > len(shape):
@@ -78,35 +79,41 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
         elif hasattr(item, "dtype") and getattr(item, "ndim", 0) > 0 or _is_bool_array(item):
             advanced = True
             if not _is_bool_array(item):
-                _check_range(item, shape[axis], axis)
+                check_range(item, shape[axis], "index", f"axis {axis} of size", negative=True)
             axis += item.ndim if _is_bool_array(item) else 1
         else:
             axis += 1
     return items, advanced
 
 
-def _index_array(item: Any, backend: Backend) -> Any:
-    if isinstance(item, Tensor):
-        if item.backend is not backend:
-            raise DeviceError(f"index tensor is on {item.device}, the indexed tensor on {backend.name}")
-        item = item.data
-    elif isinstance(item, (list, np.ndarray)):
-        item = backend.from_host(np.asarray(item))
-    else:
-        return item
-    if item.dtype.kind not in "iub":
-        raise IndexError(f"index arrays must be integer or boolean, not {item.dtype}")
-    return item
-
-
 def _is_bool_array(item: Any) -> bool:
     return getattr(item, "dtype", None) == np.bool_ and getattr(item, "ndim", 0) > 0
 
 
-def _check_range(ids: Any, size: int, axis: int) -> None:
-    bad = (ids < -size) | (ids >= size)
+def check_range(ids: Any, size: int, what: str, where: str = "size", negative: bool = False) -> None:
+    """Every id in [0, size) (or [-size, size) with `negative`, as indexing allows), checked
+    here because CuPy would wrap a bad id around silently."""
+    if ids.size == 0:
+        return
+    bad = (ids < (-size if negative else 0)) | (ids >= size)
     if bad.any():
-        raise IndexError(f"index {int(ids[bad].reshape(-1)[0])} is out of range for axis {axis} of size {size}")
+        raise IndexError(f"{what} {int(ids[bad].reshape(-1)[0])} is out of range for {where} {size}")
+
+
+def as_array(value: Any, backend: Backend, what: str, kinds: str, error: type = TypeError) -> Any:
+    """`value` (a Tensor, list, NumPy array or scalar) as an array on `backend`, of a dtype kind
+    in `kinds` ("b" boolean, "i"/"u" integer): the one place masks and index arrays arrive.
+    A wrong dtype raises `error` (indexing raises IndexError, as NumPy does)."""
+    if isinstance(value, Tensor):
+        if value.backend is not backend:
+            raise DeviceError(f"{what} is on {value.device}, the tensor on {backend.name}")
+        value = value.data
+    elif isinstance(value, (list, tuple, np.ndarray, np.generic, bool, int)):
+        value = backend.from_host(np.asarray(value))
+    if value.dtype.kind not in kinds:
+        expected = " or ".join(dict.fromkeys({"b": "boolean", "i": "integer", "u": "integer"}[k] for k in kinds))
+        raise error(f"{what} must be {expected}, not {value.dtype}")
+    return value
 
 
 # -- masks --------------------------------------------------------------------------------
@@ -117,16 +124,11 @@ def as_mask(mask: Any, backend: Backend, op: str) -> Any:
     Libraries disagree on whether 1 means "keep" or "block"; only a boolean,
     read with this project's convention, cannot be misread.
     """
-    if isinstance(mask, Tensor):
-        if mask.backend is not backend:
-            raise DeviceError(f"{op}: mask is on {mask.device}, the tensor on {backend.name}")
-        mask = mask.data
-    elif isinstance(mask, (list, np.ndarray, np.bool_, bool)):
-        mask = backend.from_host(np.asarray(mask))
-    if mask.dtype != np.bool_:
-        raise TypeError(f"{op}: the mask must be boolean, not {mask.dtype}; float and integer masks are "
-                        "rejected because their meaning (keep or block) differs between libraries")
-    return mask
+    try:
+        return as_array(mask, backend, f"{op}: the mask", "b")
+    except TypeError as e:
+        raise TypeError(f"{e}; float and integer masks are rejected because their meaning "
+                        "(keep or block) differs between libraries") from None
 
 
 class MaskedFill(Function):
