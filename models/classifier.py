@@ -8,7 +8,7 @@ from tinygrad_tx import Tensor, nn
 
 from .checkpoint import Checkpointable
 from .config import ClassifierConfig, config_from
-from .masks import as_ids, padding_mask
+from .masks import padding_mask, token_ids
 from .transformer import Encoder
 
 
@@ -27,7 +27,7 @@ class EncoderClassifier(Checkpointable, nn.Module):
         self.head = nn.Linear(d_model, num_classes)
 
     def forward(self, ids: Any) -> Tensor:
-        ids = as_ids(ids, self.encoder.embed.tokens.weight.device)
+        ids = token_ids(ids, self.encoder.embed.tokens.weight.device)
         B, S = ids.shape
         keep = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, S)
         h = self.encoder(ids, keep)  # (B, S, D)

@@ -14,22 +14,21 @@ import numpy as np
 
 import tinygrad_tx as tx
 
-from .masks import as_ids
+from .masks import token_ids
 from .transformer import Transformer
 
 
 def _log_probs(model: Transformer, tokens: np.ndarray, memory, src, cache) -> np.ndarray:
     """log p(next token) for each row, with padding ruled out: (B, V) on the host, float64."""
-    logits = model.decode(tokens, memory, src, cache).numpy()[:, -1].astype(np.float64)  # (B, V)
-    logits[:, model.config.pad_id] = -np.inf
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    logits = model.decode(tokens, memory, src, cache)[:, -1].astype("float64")  # (B, V)
+    is_pad = np.arange(logits.shape[-1]) == model.config.pad_id  # (V,)
+    return logits.masked_fill(is_pad, -np.inf).log_softmax(axis=-1).numpy()
 
 
 @tx.no_grad()
 def greedy_decode(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int) -> np.ndarray:
     """The most likely next token at every step, until every row has produced EOS."""
-    src = as_ids(src, model.device)
+    src = token_ids(src, model.device)
     memory, cache = model.encode(src), model.new_cache()
     B, pad = src.shape[0], model.config.pad_id
     out = np.full((B, max_len), pad, dtype=np.int64)
@@ -61,7 +60,7 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
     log-probabilities). A source is done when `beam_size` hypotheses have finished
     (every beam has ended); the search stops when every source is done.
     """
-    src = as_ids(src, model.device)
+    src = token_ids(src, model.device)
     B, K, pad = src.shape[0], beam_size, model.config.pad_id
     rows = np.repeat(np.arange(B), K)  # each source once per beam
     src = src[rows]  # (B·K, S)

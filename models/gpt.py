@@ -15,7 +15,7 @@ from tinygrad_tx import Tensor, nn
 from .attention import KVCache
 from .checkpoint import Checkpointable
 from .config import GPTConfig, config_from
-from .masks import as_ids
+from .masks import token_ids
 from .transformer import Encoder
 
 
@@ -34,7 +34,7 @@ class GPT(Checkpointable, nn.Module):
 
     def forward(self, ids: Any, cache: list[KVCache] | None = None) -> Tensor:
         """(B, T) ids -> logits (B, T, vocab). With a `cache`, the ids continue the cached positions."""
-        h = self.body(as_ids(ids, self.device), causal=True, cache=cache)  # (B, T, D)
+        h = self.body(token_ids(ids, self.device), causal=True, cache=cache)  # (B, T, D)
         return h @ self.body.embed.tokens.weight.T  # tied head: (B, T, vocab)
 
     def new_cache(self) -> list[KVCache]:
@@ -53,16 +53,15 @@ class GPT(Checkpointable, nn.Module):
         rng = rng or np.random.default_rng()
         cache, step = self.new_cache(), tokens
         for _ in range(max_new_tokens):
-            logits = self(step, cache).numpy()[:, -1].astype(np.float64)  # (B, vocab)
+            logits = self(step, cache)[:, -1].astype("float64")  # (B, vocab)
             step = _pick(logits, temperature, rng)[:, None]  # (B, 1)
             tokens = np.concatenate([tokens, step], axis=1)
         return tokens
 
 
-def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
-    """One token per row: the argmax, or a sample at `temperature`."""
+def _pick(logits: Tensor, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """One token per row (host ids): the argmax, or a sample at `temperature`."""
     if temperature == 0:
-        return logits.argmax(axis=-1)
-    p = np.exp((logits - logits.max(axis=-1, keepdims=True)) / temperature)
-    cumulative = np.cumsum(p / p.sum(axis=-1, keepdims=True), axis=-1)  # (B, vocab)
+        return logits.numpy().argmax(axis=-1)
+    cumulative = np.cumsum((logits / temperature).softmax(axis=-1).numpy(), axis=-1)  # (B, vocab)
     return (rng.random((len(logits), 1)) < cumulative).argmax(axis=-1)

@@ -77,12 +77,14 @@ class DecoderLayer(nn.Module):
         self.attn_res, self.cross_res, self.ff_res = Residual(cfg), Residual(cfg), Residual(cfg)
 
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, memory_mask: Tensor | None,
-                causal: bool = False, cache: tuple[KVCache, KVCache] | None = None) -> Tensor:
+                cache: tuple[KVCache, KVCache] | None = None) -> Tensor:
         """x: (B, T, D), memory: (B, S, D); masks broadcastable to (B, h, T, T) and (B, h, T, S).
 
+        Self-attention is always causal (a position never sees later ones), in training
+        and in step-wise decoding alike; `self_mask` only hides padding.
         `cache`: (self-attention cache, cross-attention cache) for step-wise decoding.
         """
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        x = self.attn_res(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=self_cache))
+        x = self.attn_res(x, lambda h: self.self_attn(h, mask=self_mask, causal=True, cache=self_cache))
         x = self.cross_res(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cross_cache))
         return self.ff_res(x, self.ff)

@@ -10,7 +10,7 @@ from .checkpoint import Checkpointable
 from .config import LayerConfig, TransformerConfig, config_from
 from .embeddings import InputEmbedding
 from .layers import DecoderLayer, EncoderLayer
-from .masks import as_ids, padding_mask, target_mask
+from .masks import padding_mask, token_ids
 
 
 class Encoder(nn.Module):
@@ -48,14 +48,14 @@ class Decoder(nn.Module):
                 cache: list[KVCache] | None = None) -> Tensor:
         """(B, T) ids, (B, S, D) memory -> (B, T, D).
 
-        Without a cache `self_mask` must already hide the future. With one (from
-        `new_cache`) the ids are the next positions after those cached, and the
-        causal rule is applied to them here.
+        `self_mask` hides target padding; the future is hidden by the layers' causal
+        self-attention. With a cache (from `new_cache`) the ids are the next positions
+        after those cached.
         """
         x = self.embed(ids, offset=0 if cache is None else cache[0].length)  # (B, T, D)
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else (cache[2 * i], cache[2 * i + 1])
-            x = layer(x, memory, self_mask, memory_mask, causal=cache is not None, cache=layer_cache)
+            x = layer(x, memory, self_mask, memory_mask, cache=layer_cache)
         return x if self.norm is None else self.norm(x)
 
     def new_cache(self) -> list[KVCache]:
@@ -86,14 +86,15 @@ class Transformer(Checkpointable, nn.Module):
 
     def forward(self, src: Any, tgt_in: Any) -> Tensor:
         """(B, S) source ids, (B, T) target ids (BOS first) -> logits (B, T, tgt_vocab)."""
-        src, tgt = as_ids(src, self.device), as_ids(tgt_in, self.device)
+        src, tgt = token_ids(src, self.device), token_ids(tgt_in, self.device)
         src_keep = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         memory = self.encoder(src, src_keep)  # (B, S, D)
-        return self.project(self.decoder(tgt, memory, target_mask(tgt, self.config.pad_id), src_keep))
+        tgt_keep = padding_mask(tgt, self.config.pad_id)  # (B, 1, 1, T); the future is hidden by causal=True
+        return self.project(self.decoder(tgt, memory, tgt_keep, src_keep))
 
     def encode(self, src: Any) -> Tensor:
         """(B, S) ids -> memory (B, S, D)."""
-        src = as_ids(src, self.device)
+        src = token_ids(src, self.device)
         return self.encoder(src, padding_mask(src, self.config.pad_id))
 
     def decode(self, tgt_in: Any, memory: Tensor, src: Any, cache: list[KVCache] | None = None) -> Tensor:
@@ -102,9 +103,9 @@ class Transformer(Checkpointable, nn.Module):
         With a `cache` (from `new_cache`), pass only the new positions; the tokens fed
         step by step are assumed not to be padding.
         """
-        src, tgt = as_ids(src, self.device), as_ids(tgt_in, self.device)
+        src, tgt = token_ids(src, self.device), token_ids(tgt_in, self.device)
         src_keep = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        tgt_keep = None if cache is not None else target_mask(tgt, self.config.pad_id)  # (B, 1, T, T)
+        tgt_keep = None if cache is not None else padding_mask(tgt, self.config.pad_id)  # (B, 1, 1, T)
         return self.project(self.decoder(tgt, memory, tgt_keep, src_keep, cache))
 
     def project(self, h: Tensor) -> Tensor:

@@ -5,12 +5,12 @@ layers in `tinygrad_tx.nn` hold parameters and call these.
 """
 from __future__ import annotations
 
-from .ops import cross_entropy, dropout, embedding, scaled_dot_product_attention  # noqa: F401
+from .ops import as_ids, cross_entropy, dropout, embedding, scaled_dot_product_attention  # noqa: F401
 from .ops.arith import Linear
 from .ops.fused import LayerNorm
 from .tensor import Tensor
 
-__all__ = ["linear", "relu", "gelu", "softmax", "log_softmax", "layer_norm", "dropout", "embedding",
+__all__ = ["as_ids", "linear", "relu", "gelu", "softmax", "log_softmax", "layer_norm", "dropout", "embedding",
            "cross_entropy", "scaled_dot_product_attention"]
 
 

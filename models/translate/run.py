@@ -98,10 +98,10 @@ def open_run(directory: str | Path, device: str = "cpu", which: str = "best") ->
         raise RunError(f"run directory {directory} does not exist")
     settings = read_json(directory / "run.json")
     vocab = read_json(directory / "vocab.json")
-    model = Transformer(**settings["model"])
+    path = directory / f"{which}.npz"
     try:
-        model.load_state_dict(load_checkpoint(directory / f"{which}.npz")["model"])
-    except (KeyError, ValueError) as e:
-        raise RunError(f"{directory / (which + '.npz')} does not fit the model in run.json: {e}") from None
+        model = Transformer.from_state(load_checkpoint(path), path)
+    except (KeyError, TypeError, ValueError) as e:
+        raise RunError(f"{path} does not hold a usable model: {e}") from None
     model.to(device).eval()
     return Run(directory, settings, Vocab.from_dict(vocab["src"]), Vocab.from_dict(vocab["tgt"]), model)

@@ -22,7 +22,7 @@ from .data import PAD_ID, Batcher, Pair, Vocab, encode_pairs, read_tsv, split_pa
 from .evaluation import score, translate
 from .plots import plot_curves
 from .run import RunError, load_checkpoint, read_json, write_json, write_pairs
-from .tasks import get_task
+from .tasks import TASKS, get_task
 from ..transformer import Transformer
 
 
@@ -53,18 +53,6 @@ class TrainSettings:
     resume: bool = False
 
 
-TASK_DEFAULTS: dict[str, dict] = {
-    # sized so each reaches its target accuracy on a 2-core laptop CPU in minutes
-    # unlimited fresh data, so no dropout: it only blurs the exact counting sort needs
-    "copy": dict(steps=2000, dropout=0.0),
-    "reverse": dict(steps=2500, dropout=0.0),
-    "sort": dict(steps=3000, dropout=0.0),
-    "numbers": dict(steps=4000, d_model=96, d_ff=384, layers=2),
-    "dates": dict(steps=4000, d_model=96, d_ff=384, layers=2),
-    "grammar": dict(steps=4000, d_model=96, d_ff=384, layers=2),
-}
-
-
 def run_directory(settings: TrainSettings) -> Path:
     """--out, or runs/<task name or corpus file name>."""
     return Path(settings.out or f"runs/{settings.task or Path(settings.data).stem}")
@@ -74,7 +62,8 @@ def settings_for(given: dict) -> TrainSettings:
     """The settings of a run: for a new run, the task's defaults under what was given; with
     `resume`, those saved in the run directory under what was given again (say, more steps)."""
     if not given.get("resume"):
-        return TrainSettings(**{**TASK_DEFAULTS.get(given.get("task"), {}), **given})
+        task_defaults = TASKS[given["task"]].defaults if given.get("task") in TASKS else {}
+        return TrainSettings(**{**task_defaults, **given})
     directory = run_directory(TrainSettings(**given))
     saved = read_json(directory / "run.json")["settings"]
     return TrainSettings(**{**saved, **given, "out": str(directory)})
@@ -126,7 +115,7 @@ class Trainer:
             raise RunError(f"{self.dir} already holds a run; use --resume to continue it or --out for a new one")
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json(self.dir / "run.json", {
-            "src_level": self.src_level, "tgt_level": self.tgt_level, "model": asdict(self.model.config),
+            "src_level": self.src_level, "tgt_level": self.tgt_level,
             "settings": {k: v for k, v in asdict(self.s).items() if k != "resume"}})
         write_json(self.dir / "vocab.json", {"src": self.src_vocab.to_dict(), "tgt": self.tgt_vocab.to_dict()})
         write_pairs(self.dir / "valid.tsv", self.valid_pairs)
@@ -134,12 +123,13 @@ class Trainer:
         (self.dir / "metrics.jsonl").write_text("")
 
     def save(self, name: str) -> None:
-        tx.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "schedule": self.schedule.state_dict(), "step": self.step, "best": self.best}, self.dir / name)
+        """The model file (`Transformer.load` reads it) with the training state beside it."""
+        self.model.save(self.dir / name, optimizer=self.optimizer.state_dict(),
+                        schedule=self.schedule.state_dict(), step=self.step, best=self.best)
 
     def restore(self) -> None:
         state = load_checkpoint(self.dir / "last.npz")
-        self.model.load_state_dict(state["model"])
+        self.model.load_state_dict(state["weights"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.step, self.best = int(state["step"]), float(state["best"])

@@ -3,7 +3,7 @@ from .arith import Add, Cast, Div, Linear, MatMul, Mul, Neg, Pow, PowScalar, Sub
 from .attention import Attention, causal_mask, scaled_dot_product_attention
 from .fused import LayerNorm, LogSoftmax, Softmax
 from .loss import CrossEntropy, cross_entropy
-from .nn import Dropout, Embedding, dropout, embedding
+from .nn import Dropout, Embedding, as_ids, dropout, embedding
 from .reduce import Expand, Max, Sum, normalize_axis
 from .select import Getitem, MaskedFill, ScatterAdd, Where, getitem, masked_fill, where
 from .shape import Cat, Reshape, Transpose, cat, stack

@@ -11,12 +11,15 @@ from ..tensor import Tensor
 from .select import check_range
 
 
-def as_ids(ids: Any, device: str, what: str = "ids") -> Tensor:
-    """Integer ids (a Python int or list, a NumPy array or a Tensor) as an integer Tensor on `device`."""
+def as_ids(ids: Any, device: str, what: str = "ids", ndim: int | None = None) -> Tensor:
+    """Integer ids (a Python int or list, a NumPy array or a Tensor) as an integer Tensor on
+    `device`, of `ndim` dimensions if given."""
     if not isinstance(ids, Tensor):
         ids = Tensor(np.asarray(ids) if isinstance(ids, (list, tuple, int)) else ids, device=device)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"{what} must be integers, not {ids.dtype}")
+    if ndim is not None and ids.ndim != ndim:
+        raise ValueError(f"{what} must have {ndim} dimensions, not shape {ids.shape}")
     return ids
 
 
