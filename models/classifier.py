@@ -7,11 +7,12 @@ import tinygrad_tx as tx
 from tinygrad_tx import Tensor, nn
 
 from .checkpoint import Checkpointable
-from .config import ClassifierConfig, config_from
+from .config import ClassifierConfig, built_from
 from .masks import padding_mask, token_ids
 from .transformer import Encoder
 
 
+@built_from(ClassifierConfig)
 class EncoderClassifier(Checkpointable, nn.Module):
     """`model(ids)` (B, S) -> class logits (B, num_classes).
 
@@ -19,12 +20,12 @@ class EncoderClassifier(Checkpointable, nn.Module):
     counted padding would change with the amount of padding in the batch.
     """
 
-    def __init__(self, vocab: int, num_classes: int, d_model: int = 512, num_heads: int = 8,
-                 num_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1, max_len: int = 512,
-                 pad_id: int = 0, norm_first: bool = False, activation: str = "relu"):
-        cfg = self.config = config_from(ClassifierConfig, locals())
-        self.encoder = Encoder(cfg, vocab, num_layers)
-        self.head = nn.Linear(d_model, num_classes)
+    config: ClassifierConfig
+
+    def __init__(self):
+        cfg = self.config
+        self.encoder = Encoder(cfg, cfg.vocab, cfg.num_layers)
+        self.head = nn.Linear(cfg.d_model, cfg.num_classes)
 
     def forward(self, ids: Any) -> Tensor:
         ids = token_ids(ids, self.encoder.embed.tokens.weight.device)

@@ -1,54 +1,78 @@
-"""Model configurations: one dataclass per model instead of long argument lists.
+"""Model configurations: each model's options, with their defaults, listed once.
 
-Each model lists its options once, with their defaults, in its constructor's
-signature (where `help()` shows them), and keeps them as `model.config`; the
-layers read what they need from it, and `save` writes it as JSON so that `load`
-can call the constructor again.
+As in nanoGPT, a config dataclass is the single list of a model's options. The
+model is built from it: `Transformer(src_vocab, tgt_vocab, d_model=128)` fills a
+`TransformerConfig` and keeps it as `model.config`, the layers read what they
+need from it, and `save` writes it as JSON so that `load` can build the model
+again. `@built_from(Config)` gives the model's constructor the config's
+signature, so `help(Transformer)` lists every option.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+import inspect
+from dataclasses import KW_ONLY, dataclass
+from typing import Callable, TypeVar
 
-C = TypeVar("C")
+M = TypeVar("M")
 
 
 @dataclass(kw_only=True)
 class LayerConfig:
     """What every layer and embedding of a stack reads."""
-    d_model: int
-    num_heads: int
-    d_ff: int
-    dropout: float
-    max_len: int
-    norm_first: bool  # False: post-LN, as in the paper; True: pre-LN
-    activation: str  # of the feed-forward layers: "relu" or "gelu"
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = False  # False: post-LN, as in the paper; True: pre-LN
+    activation: str = "relu"  # of the feed-forward layers: "relu" or "gelu"
 
 
-@dataclass(kw_only=True)
+@dataclass
 class TransformerConfig(LayerConfig):
     src_vocab: int
     tgt_vocab: int
-    num_encoder_layers: int
-    num_decoder_layers: int
-    pad_id: int
-    tie_embeddings: bool  # share the target embedding with the output projection
+    _: KW_ONLY
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    pad_id: int = 0
+    tie_embeddings: bool = False  # share the target embedding with the output projection
 
 
-@dataclass(kw_only=True)
+@dataclass
 class GPTConfig(LayerConfig):
     vocab: int
-    num_layers: int
+    _: KW_ONLY
+    num_layers: int = 6
+    norm_first: bool = True
+    activation: str = "gelu"
 
 
-@dataclass(kw_only=True)
+@dataclass
 class ClassifierConfig(LayerConfig):
     vocab: int
     num_classes: int
-    num_layers: int
-    pad_id: int
+    _: KW_ONLY
+    num_layers: int = 6
+    pad_id: int = 0
 
 
-def config_from(cls: type[C], args: dict[str, Any]) -> C:
-    """The config `cls` built from a constructor's `locals()`."""
-    return cls(**{f.name: args[f.name] for f in fields(cls)})
+def built_from(config_cls: type) -> Callable[[type[M]], type[M]]:
+    """Class decorator: `Model(*args, **options)` builds `config_cls(*args, **options)` (or takes
+    a ready config, `Model(config)`) as `self.config` before the model's own `__init__` runs,
+    which then reads only the config."""
+    def decorate(model_cls: type[M]) -> type[M]:
+        build = model_cls.__init__
+
+        def __init__(self, *args, **options) -> None:
+            given = len(args) == 1 and not options and isinstance(args[0], config_cls)
+            self.config = args[0] if given else config_cls(*args, **options)
+            build(self)
+
+        params = list(inspect.signature(config_cls).parameters.values())
+        __init__.__signature__ = inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+                                                    *params])
+        __init__.__doc__ = f"Options and defaults: the fields of `{config_cls.__name__}`."
+        model_cls.__init__ = __init__
+        return model_cls
+    return decorate

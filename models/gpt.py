@@ -14,19 +14,20 @@ from tinygrad_tx import Tensor, nn
 
 from .attention import KVCache
 from .checkpoint import Checkpointable
-from .config import GPTConfig, config_from
+from .config import GPTConfig, built_from
 from .masks import token_ids
 from .transformer import Encoder
 
 
+@built_from(GPTConfig)
 class GPT(Checkpointable, nn.Module):
     """`model(ids)` (B, T) -> next-token logits (B, T, vocab); `generate` continues a prompt."""
 
-    def __init__(self, vocab: int, d_model: int = 512, num_heads: int = 8, num_layers: int = 6,
-                 d_ff: int = 2048, dropout: float = 0.1, max_len: int = 512, norm_first: bool = True,
-                 activation: str = "gelu"):
-        cfg = self.config = config_from(GPTConfig, locals())
-        self.body = Encoder(cfg, vocab, num_layers, learned_positions=True)
+    config: GPTConfig
+
+    def __init__(self):
+        cfg = self.config
+        self.body = Encoder(cfg, cfg.vocab, cfg.num_layers, learned_positions=True)
 
     @property
     def device(self) -> str:

@@ -7,7 +7,7 @@ from tinygrad_tx import Tensor, nn
 
 from .attention import KVCache
 from .checkpoint import Checkpointable
-from .config import LayerConfig, TransformerConfig, config_from
+from .config import LayerConfig, TransformerConfig, built_from
 from .embeddings import InputEmbedding
 from .layers import DecoderLayer, EncoderLayer
 from .masks import padding_mask, token_ids
@@ -63,6 +63,7 @@ class Decoder(nn.Module):
         return [KVCache() for _ in range(2 * len(self.layers))]
 
 
+@built_from(TransformerConfig)
 class Transformer(Checkpointable, nn.Module):
     """Encoder-decoder Transformer; `model(src, tgt_in)` gives logits (B, T, tgt_vocab).
 
@@ -71,14 +72,13 @@ class Transformer(Checkpointable, nn.Module):
     decoder self-attention. Post-LN as in the paper, or pre-LN with `norm_first`.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 512, num_heads: int = 8,
-                 num_encoder_layers: int = 6, num_decoder_layers: int = 6, d_ff: int = 2048,
-                 dropout: float = 0.1, max_len: int = 512, pad_id: int = 0, norm_first: bool = False,
-                 tie_embeddings: bool = False, activation: str = "relu"):
-        cfg = self.config = config_from(TransformerConfig, locals())
-        self.encoder = Encoder(cfg, src_vocab, num_encoder_layers)
-        self.decoder = Decoder(cfg, tgt_vocab, num_decoder_layers)
-        self.out = None if tie_embeddings else nn.Linear(d_model, tgt_vocab)
+    config: TransformerConfig
+
+    def __init__(self):
+        cfg = self.config
+        self.encoder = Encoder(cfg, cfg.src_vocab, cfg.num_encoder_layers)
+        self.decoder = Decoder(cfg, cfg.tgt_vocab, cfg.num_decoder_layers)
+        self.out = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.tgt_vocab)
 
     @property
     def device(self) -> str:

@@ -417,6 +417,17 @@ def test_collapsed_views_of_a_transformer_step_are_small_and_named():
     assert no_observer_left()
 
 
+def test_a_layer_and_the_op_it_runs_are_told_apart():
+    """nn.Linear (a module box) runs the Linear op: pictures and the profiler must not mix them up."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    with record_modules(), profile() as p:
+        out = model(Tensor(np.ones((4, 2), dtype=np.float32), requires_grad=True)).sum()
+    assert "0  nn.Linear" in graph_text(out, collapse=1)
+    full = graph_text(out)
+    assert "Linear" in full and "nn.Linear" not in full  # uncollapsed: only ops
+    assert p.table().split()[0] == "op" and "Linear" in p.stats and "nn.Linear" not in p.stats
+
+
 def test_collapse_needs_recorded_module_calls():
     layer = nn.Linear(2, 2)
     with pytest.raises(ValueError, match="record_modules"):

@@ -42,7 +42,10 @@ class ModuleCall:
 
     @property
     def kind(self) -> str:
-        return type(self.module).__name__
+        """The module's class, as `nn.Linear` for the engine's layers: the op that a layer runs
+        can have the same name (the `Linear` op), and pictures must tell them apart."""
+        cls = type(self.module)
+        return f"nn.{cls.__name__}" if cls.__module__.startswith("tinygrad_tx.nn") else cls.__name__
 
     @property
     def name(self) -> str:
