@@ -25,6 +25,14 @@ def device(request) -> str:
 
 
 @pytest.fixture
+def on_each_device(device: str) -> str:
+    """Make `device` the default for one test, so every tensor and model it makes lives there
+    (use with `pytestmark = pytest.mark.usefixtures("on_each_device")`)."""
+    tx.set_device(device)
+    return device
+
+
+@pytest.fixture
 def torch():
     """PyTorch, the reference implementation; tests that use it skip where it is not installed."""
     return pytest.importorskip("torch")

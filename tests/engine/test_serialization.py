@@ -10,6 +10,8 @@ import tinygrad_tx as tx
 from tinygrad_tx import Tensor, serialization
 from tinygrad_tx.serialization import LoadError
 
+pytestmark = pytest.mark.usefixtures("on_each_device")
+
 
 def nested_state():
     return {

@@ -10,6 +10,8 @@ import tinygrad_tx as tx
 from models import GPT, EncoderClassifier, Transformer, beam_search, greedy_decode
 from models.decoding import gnmt_penalty
 
+pytestmark = pytest.mark.usefixtures("on_each_device")
+
 PAD, BOS, EOS = 0, 1, 2
 
 

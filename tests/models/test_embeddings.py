@@ -8,6 +8,8 @@ from models import (InputEmbedding, LearnedPositionalEmbedding, SinusoidalPositi
 from models.config import LayerConfig
 from tinygrad_tx import Tensor
 
+pytestmark = pytest.mark.usefixtures("on_each_device")
+
 
 def test_sinusoidal_worked_values():
     pe = sinusoidal_table(50, 20)

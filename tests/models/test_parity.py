@@ -17,7 +17,8 @@ from models import GPT, MultiHeadAttention, Transformer
 from tinygrad_tx import optim
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch, about its fast path
+pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),  # torch, about its fast path
+              pytest.mark.usefixtures("on_each_device")]
 
 PAD = 0
 D, H, FF = 16, 4, 32

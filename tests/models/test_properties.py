@@ -9,6 +9,8 @@ import tinygrad_tx.functional as F
 from models import Transformer
 from tinygrad_tx import Tensor, nn
 
+pytestmark = pytest.mark.usefixtures("on_each_device")
+
 PAD, V = 0, 12
 
 
@@ -95,7 +97,7 @@ def test_pad_content_changes_nothing_real():
     logits, loss, g = model(src, tgt_in).numpy(), loss_of(model, *data).item(), grads(model, *data)
     rng = np.random.default_rng(7)
     for embed in (model.encoder.embed.tokens, model.decoder.embed.tokens):
-        embed.weight.data[PAD] = rng.standard_normal(8) * 10
+        embed.weight.data[PAD] = embed.weight.backend.from_host(rng.standard_normal(8) * 10)
     logits2, loss2, g2 = model(src, tgt_in).numpy(), loss_of(model, *data).item(), grads(model, *data)
     assert np.abs(logits[real] - logits2[real]).max() < 1e-12
     assert abs(loss - loss2) < 1e-12

@@ -6,7 +6,7 @@ import pytest
 import tinygrad_tx as tx
 from tinygrad_tx import Tensor, nn, optim
 
-torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("on_each_device")
 
 
 def leaf(*shape):
@@ -156,7 +156,7 @@ def test_train_and_eval_reach_every_submodule_and_switch_dropout():
     assert all(m.training for m in net.modules())
 
 
-def copy_to_torch(ours, theirs, transposed=()):
+def copy_to_torch(torch, ours, theirs, transposed=()):
     """Copy our parameters into the torch layer by name; our Linear weight is (in, out), torch's (out, in)."""
     with torch.no_grad():
         for name, p in ours.named_parameters():
@@ -168,15 +168,15 @@ def close(ours, theirs, what=""):
 
 
 @pytest.mark.parametrize("make,make_torch,transposed,shape", [
-    (lambda: nn.Linear(4, 3), lambda: torch.nn.Linear(4, 3), {"weight"}, (2, 5, 4)),
-    (lambda: nn.LayerNorm(6), lambda: torch.nn.LayerNorm(6), set(), (3, 4, 6)),
+    (lambda: nn.Linear(4, 3), lambda torch: torch.nn.Linear(4, 3), {"weight"}, (2, 5, 4)),
+    (lambda: nn.LayerNorm(6), lambda torch: torch.nn.LayerNorm(6), set(), (3, 4, 6)),
 ], ids=["Linear", "LayerNorm"])
-def test_layer_matches_torch(make, make_torch, transposed, shape):
+def test_layer_matches_torch(torch, make, make_torch, transposed, shape):
     rng = np.random.default_rng(0)
-    ours, theirs = make(), make_torch()
+    ours, theirs = make(), make_torch(torch)
     for p in ours.parameters():
         nn.init.normal_(p)  # not LayerNorm's ones and zeros, which would hide a mix-up
-    copy_to_torch(ours, theirs, transposed)
+    copy_to_torch(torch, ours, theirs, transposed)
     x_np = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)
     x, tx_ = Tensor(x_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
     y, ty = ours(x), theirs(tx_)
@@ -190,12 +190,12 @@ def test_layer_matches_torch(make, make_torch, transposed, shape):
         close(p.grad.numpy(), expected.T if name in transposed else expected, name)
 
 
-def test_embedding_matches_torch_and_padding_row_gets_no_gradient():
+def test_embedding_matches_torch_and_padding_row_gets_no_gradient(torch):
     rng = np.random.default_rng(0)
     layer = nn.Embedding(5, 3, padding_idx=0)
     assert not layer.weight.numpy()[0].any()  # the padding row starts at zero
     ref = torch.nn.Embedding(5, 3, padding_idx=0)
-    copy_to_torch(layer, ref)
+    copy_to_torch(torch, layer, ref)
     ids = np.array([[1, 1, 1, 2], [0, 3, 1, 0]])  # repeats must accumulate
     g_np = rng.standard_normal((2, 4, 3)).astype(np.float32)
     y, ty = layer(ids), ref(torch.from_numpy(ids))
@@ -227,6 +227,7 @@ def adam_steps(model, opt, xs, device):
 
 def test_to_strict_moves_in_place_and_the_optimizer_keeps_working():
     """The "strict" device is a CPU backend with CuPy's manners (no NumPy mixing)."""
+    tx.set_device("cpu")  # this test moves a model from the CPU itself
     xs = [np.random.default_rng(i).standard_normal((5, 4)).astype(np.float32) for i in range(4)]
     tx.manual_seed(0)
     reference = MLP()

@@ -133,11 +133,12 @@ def test_a_truncated_checkpoint_is_reported_and_left_alone(trained, tmp_path):
     assert (copy / "best.npz").read_bytes() == damaged  # nothing was overwritten
 
 
-def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
+def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
+    """On every device: training, validation (greedy translation and scoring), checkpoints, resume."""
     def settings(out, steps):
-        return TrainSettings(task="reverse", out=str(out), steps=steps, eval_every=1000, log_every=1,
+        return TrainSettings(task="reverse", out=str(out), steps=steps, eval_every=12, log_every=1,
                              d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16,
-                             n_held_out=20, dropout=0.2)
+                             n_held_out=20, dropout=0.2, device=device)
 
     class Quiet:
         def update(self, n): pass
@@ -162,6 +163,14 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
     resumed.train(Quiet())
     assert losses(tmp_path / "split") == losses(tmp_path / "whole")
     assert len(losses(tmp_path / "whole")) == 24
+    run = open_run(tmp_path / "whole", device)
+    assert run.model.device == device and {p.device for p in run.model.parameters()} == {device}
+    report = json.loads(run_cli("evaluate", "--checkpoint", str(tmp_path / "whole"), "--json").stdout)
+    from models.translate.evaluation import score, translate
+
+    pairs = run.held_out("test")
+    outputs = translate(run.model, [s for s, _ in pairs], run.src_vocab, run.tgt_vocab, run.levels)
+    assert score(outputs, [t for _, t in pairs], run.levels[1])["exact_match"] == pytest.approx(report["exact_match"])
 
 
 def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
