@@ -260,15 +260,26 @@ def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
     gradients of those tensors are returned instead (that is `tx.grad`).
     """
     sink = _Sink(inputs, root.backend)
+    _walks.append(sink)
+    try:
+        return _walk(root, grad, retain_graph, create_graph, sink)
+    finally:
+        _walks.pop()
+
+
+def _walk(root: "Tensor", grad: "Tensor", retain_graph: bool, create_graph: bool, sink: "_Sink"):
     if root.grad_fn is None:
         sink.add(root, grad if create_graph else grad.data)
         return sink.finish(create_graph)
     order = topological_order(root)
     if create_graph:
         _check_twice_differentiable(order)
+    sink.watch(order)
     pending = {root.grad_fn: grad if create_graph else grad.data}  # node -> gradient of its output
     with enable_grad() if create_graph else no_grad():
         for fn in order:
+            if sink.waiting:  # leaves with ready-hooks whose every use has now been walked
+                sink.deliver_finished(fn.seq, create_graph)
             g = pending.pop(fn, None)
             if g is not None:  # None: every use of its output sent nothing back, so neither does it
                 if fn.hooks:
@@ -395,8 +406,11 @@ def _run_hooks(hooks, g: Any, backend) -> Any:
 class _Sink:
     """Where gradients end up: leaves' `.grad`, or, for `tx.grad`, the requested tensors.
 
-    A leaf's contributions are summed while the walk runs and delivered once at
-    the end, so its hooks see the whole gradient, as with intermediate tensors.
+    A leaf's contributions are summed while the walk runs and delivered once,
+    so its hooks see the whole gradient, as with intermediate tensors. Most leaves
+    are delivered at the end; a leaf with a post-accumulate-grad hook is delivered
+    as soon as the walk has run every node that uses it, so that its hook (say, an
+    all-reduce of the gradient) starts while backward still works on earlier layers.
     """
 
     def __init__(self, inputs, backend):
@@ -404,6 +418,30 @@ class _Sink:
         self.nodes = {t.grad_fn: id(t) for t in inputs or () if t.grad_fn is not None}
         self.captured: dict[int, Any] = {}
         self.leaves: dict[int, list] = {}  # id -> [leaf, summed gradient]
+        self.waiting: list[tuple[int, "Tensor"]] = []  # (seq of its last use, leaf), last-used first
+        self.owned: set[int] = set()
+        self.callbacks: list = []  # see queue_callback
+
+    def watch(self, order: list[Function]) -> None:
+        """Note, for each leaf with a post-accumulate-grad hook, the last node (in walk order)
+        that uses it. Costs nothing unless such a hook was ever registered."""
+        if not _ready_hooks_registered or self.inputs is not None:
+            return
+        last_use = {}
+        for fn in order:  # descending seq: the final write per leaf is its last use in the walk
+            for t in fn.inputs:
+                if t._ready_hooks and t.grad_fn is None:
+                    last_use[id(t)] = (fn.seq, t)
+        self.waiting = sorted(last_use.values(), key=lambda item: item[0])  # pop() gives the highest
+
+    def deliver_finished(self, seq: int, create_graph: bool) -> None:
+        """Deliver the waiting leaves whose last use has a sequence number above `seq`
+        (the walk is past them)."""
+        while self.waiting and self.waiting[-1][0] > seq:
+            _, leaf = self.waiting.pop()
+            entry = self.leaves.pop(id(leaf), None)
+            if entry is not None:  # None: every use sent no gradient back
+                self._deliver(leaf, entry[1], create_graph)
 
     def capture(self, fn: Function, g: Any) -> None:
         """Keep the gradient of a requested intermediate tensor (`tx.grad`)."""
@@ -418,20 +456,41 @@ class _Sink:
             entry[1] = entry[1] + g  # out of place: another node may still read either array
 
     def finish(self, create_graph: bool):
-        owned: set[int] = set()
         for leaf, g in self.leaves.values():
-            if leaf._hooks:
-                g = _run_hooks(leaf._hooks, g, leaf.backend)
-            if self.inputs is not None:
-                self.captured[id(leaf)] = g
-                continue
-            g = g if create_graph else self._tensor(_own(g, owned, self.backend))
-            leaf.grad = g if leaf.grad is None else leaf.grad + g
+            self._deliver(leaf, g, create_graph)
         if self.inputs is not None:
             return [self._tensor(self.captured.get(id(t))) for t in self.inputs]
+        for callback in self.callbacks:
+            callback()
+
+    def _deliver(self, leaf: "Tensor", g: Any, create_graph: bool) -> None:
+        if leaf._hooks:
+            g = _run_hooks(leaf._hooks, g, leaf.backend)
+        if self.inputs is not None:
+            self.captured[id(leaf)] = g
+            return
+        g = g if create_graph else self._tensor(_own(g, self.owned, self.backend))
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        for hook in leaf._ready_hooks:
+            hook(leaf)
 
     def _tensor(self, g: Any) -> "Tensor | None":
         return g if g is None or isinstance(g, Tensor) else Tensor._from_op(g, self.backend)
+
+
+_walks: list[_Sink] = []  # the backward walks running now (a hook may start another)
+_ready_hooks_registered = False  # set by the first Tensor.register_post_accumulate_grad_hook
+
+
+def queue_callback(callback) -> None:
+    """Call `callback()` once the backward now running has delivered every gradient (once
+    per walk, however often it is queued). DataParallel waits for its all-reduces there,
+    so that `loss.backward()` returns with the averaged gradients in place."""
+    if not _walks:
+        raise RuntimeError("queue_callback outside backward: call it from a gradient hook")
+    callbacks = _walks[-1].callbacks
+    if callback not in callbacks:
+        callbacks.append(callback)
 
 
 def _own(g: Any, owned: set, backend) -> Any:

@@ -30,6 +30,7 @@ class Tensor:
 
     # class-level defaults: a tensor made by an op sets only `data` and `backend` (it is made often)
     requires_grad, grad, grad_fn, name, _version, _hooks = False, None, None, None, 0, ()
+    _ready_hooks = ()  # see register_post_accumulate_grad_hook
     _retains_grad = False  # set by retain_grad(), so that a second call does not count the gradient twice
     __array_ufunc__ = None  # `numpy_array * tensor` defers to Tensor.__rmul__
 
@@ -143,6 +144,19 @@ class Tensor:
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[["Tensor"], None]) -> None:
+        """On a leaf: call `hook(self)` once `.grad` holds this backward's whole contribution.
+
+        It runs as soon as the walk has passed every node that uses this tensor, while
+        backward goes on through the layers before it; that is where data parallelism
+        starts averaging a layer's gradients (PyTorch's method of the same name). The hook
+        may read `.grad` but must not change it in place: backward may still read that array.
+        """
+        if self.grad_fn is not None or not self.requires_grad:
+            raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
+        self._ready_hooks = (*self._ready_hooks, hook)
+        autograd._ready_hooks_registered = True
 
     def retain_grad(self) -> None:
         """Keep this intermediate tensor's gradient in `.grad` (leaves always keep theirs)."""

@@ -122,6 +122,38 @@ def test_leaf_hook_sees_the_summed_gradient_and_its_result_is_stored(device):
     np.testing.assert_allclose(x.grad.numpy(), [30.0, 50.0])
 
 
+def test_post_accumulate_grad_hook_runs_during_backward_with_the_whole_gradient(device):
+    """The hook on the last layer's weight runs before the first layer's gradient exists
+    (that is what lets data parallelism start sending it early), once, with the sum of both
+    uses; a callback queued twice runs once, after every gradient is in place."""
+    x = Tensor(np.array([[1.0, -2.0]]), device=device)  # (1, 2), float64 like leaf()
+    w1, w2 = leaf([[0.5, -1.0], [2.0, 0.25]], device), leaf([[1.0], [-3.0]], device)
+    events = []
+
+    def ready(name):
+        def hook(p):
+            events.append((name, p.grad.numpy(), w1.grad is None))
+            tx.autograd.queue_callback(finished)
+        return hook
+
+    def finished():
+        events.append(("finished", w1.grad is not None and w2.grad is not None))
+
+    w1.register_post_accumulate_grad_hook(ready("w1"))
+    w2.register_post_accumulate_grad_hook(ready("w2"))
+    h = x @ w1  # (1, 2): [[-3.5, -1.5]]
+    ((h @ w2) + (h @ w2)).sum().backward()  # w2 used twice
+    assert [e[0] for e in events] == ["w2", "w1", "finished"]
+    np.testing.assert_allclose(events[0][1], [[-7.0], [-3.0]])  # 2 hᵀ, by hand
+    assert events[0][2], "w2's hook ran only after w1 had its gradient"
+    np.testing.assert_allclose(events[1][1], [[2.0, -6.0], [-4.0, 12.0]])  # 2 xᵀ w2ᵀ
+    assert events[2] == ("finished", True)
+    with pytest.raises(RuntimeError, match="outside backward"):
+        tx.autograd.queue_callback(finished)
+    with pytest.raises(RuntimeError, match="needs a leaf"):
+        h.register_post_accumulate_grad_hook(ready("h"))
+
+
 def test_hooks_run_in_registration_order():
     x = leaf([1.0])
     h = x * 1.0
