@@ -9,7 +9,9 @@ check and nothing else:
   is kept for backward; `fn.inputs` is not set yet);
 - the graph walk calls `backward(fn, grad, grads, seconds)` after each node's
   backward, before the engine reduces `grads` to the inputs' shapes and
-  releases the node.
+  releases the node;
+- `tinygrad_tx.distributed.DataParallel` calls `collective(name, seconds)` for the
+  time it spends starting and waiting for its all-reduces.
 
 An instrument is a context manager that puts itself on that list for the
 duration of a `with` block; it overrides whichever of the two calls it needs.
@@ -41,6 +43,9 @@ class Instrument:
 
     def backward(self, fn: autograd.Function, grad: Any, grads: tuple, seconds: float) -> None:
         """Called after each node's backward, in the order the graph walk visits them."""
+
+    def collective(self, name: str, seconds: float) -> None:
+        """Called when data parallelism spent `seconds` in communication (`name`: "all_reduce")."""
 
 
 def raw(x: Any) -> Any:

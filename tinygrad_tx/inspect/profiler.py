@@ -52,6 +52,13 @@ class profile(Instrument):
         stats.backward_calls += 1
         stats.backward_s += seconds
 
+    def collective(self, name: str, seconds: float) -> None:
+        """One call per step; communication happens during backward, so it counts as backward time."""
+        stats = self.stats[name]
+        stats.calls += 1
+        stats.backward_calls += 1
+        stats.backward_s += seconds
+
     def table(self, limit: int | None = None) -> str:
         """One row per op, the most expensive first, and a total."""
         rows = sorted(self.stats.items(), key=lambda item: item[1].total_s, reverse=True)
