@@ -7,6 +7,9 @@
 
 Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
 print one line saying what is wrong and exit with status 2; nothing is overwritten.
+
+`mpiexec -n N python -m models train ...` trains data-parallel on N processes
+(see models/translate/training.py); only rank 0 prints.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import time
 from dataclasses import fields
 
 import tinygrad_tx as tx
+import tinygrad_tx.distributed as dist
 
 from .data import EOS, DataError, detokenize, tokenize
 from .evaluation import InputTooLong, cross_attention, encode_sources, score, translate
@@ -36,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         args.run(args)
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        dist.exit(2)  # with several ranks, ends them all: the others would wait for this one
 
 
 def parser() -> argparse.ArgumentParser:
@@ -84,16 +88,20 @@ def run_train(args: argparse.Namespace) -> None:
 
     trainer = Trainer(settings)
     trainer.start()
-    print(f"training on {len(trainer.train_pairs)} pairs ({trainer.src_level} -> {trainer.tgt_level} tokens), "
-          f"{sum(p.size for p in trainer.model.parameters()):,} parameters, run directory {trainer.dir}")
+    ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
+    say = print if trainer.main else (lambda *_: None)
+    say(f"training on {len(trainer.train_pairs)} pairs ({trainer.src_level} -> {trainer.tgt_level} tokens), "
+        f"{sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, run directory {trainer.dir}")
     started = time.perf_counter()
-    with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True) as progress:
+    with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True,
+              disable=not trainer.main) as progress:
         outcome = trainer.train(progress)
     if outcome == "interrupted":
-        print(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
+        say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
         sys.exit(130)
-    print(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
-    report(trainer.dir, beam=1, as_json=False, device=settings.device)
+    say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
+    if trainer.main:
+        report(trainer.dir, beam=1, as_json=False, device=settings.device)
 
 
 def run_evaluate(args: argparse.Namespace) -> None:

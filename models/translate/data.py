@@ -212,14 +212,23 @@ class Batcher:
         """Batches per epoch (only the very last batch may be smaller)."""
         return -(-len(self.src_ids) // self.batch_size)
 
-    def batches(self, epoch: int = 0) -> Iterator[Batch]:
+    def batches(self, epoch: int = 0, shard: int = 0, shards: int = 1) -> Iterator[Batch]:
         """Yield (src, tgt_in, tgt_out): src (B, S); tgt_in = BOS + target and
-        tgt_out = target + EOS, both (B, T).  All int64, padded with PAD_ID."""
+        tgt_out = target + EOS, both (B, T).  All int64, padded with PAD_ID.
+
+        With `shards` > 1 (data parallelism), each batch is dealt out row by row and
+        only rows `shard`, `shard + shards`, ... are yielded, padded to their own
+        length. A part left empty by a short last batch gets the batch's first row
+        with a target of padding only: it adds nothing to the loss or the gradients,
+        but that process still takes the step with the others."""
         for index in self.batch_indices(epoch):
-            targets = [self.tgt_ids[i] for i in index]
-            yield (pad([self.src_ids[i] for i in index]),
-                   pad([[BOS_ID] + t for t in targets]),
-                   pad([t + [EOS_ID] for t in targets]))
+            rows = index[shard::shards]
+            empty = len(rows) == 0
+            rows = index[:1] if empty else rows
+            targets = [self.tgt_ids[i] for i in rows]
+            tgt_out = pad([t + [EOS_ID] for t in targets])
+            yield (pad([self.src_ids[i] for i in rows]), pad([[BOS_ID] + t for t in targets]),
+                   np.full_like(tgt_out, PAD_ID) if empty else tgt_out)
 
     def batch_indices(self, epoch: int = 0) -> list[np.ndarray]:
         """The example indices of each batch of `epoch`, in batch order."""

@@ -5,6 +5,12 @@ batch order (a function of seed and epoch) and dropout (the device's generator i
 reseeded from seed and step before every step, so no generator state needs saving,
 on CPU or GPU). So an interrupted run resumed from its last checkpoint computes the
 very same losses as one that was never interrupted.
+
+Started by `mpiexec -n N`, the same run is data-parallel (`tinygrad_tx.distributed`):
+`--batch-size` stays the global batch, and each process trains on its share of every
+batch of the same seeded order, so the data a step sees does not depend on N and a run
+may be resumed with another N. Only rank 0 prints, validates and writes the run
+directory; every rank reads it (on several hosts it must be on a shared file system).
 """
 from __future__ import annotations
 
@@ -14,7 +20,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 import tinygrad_tx as tx
+import tinygrad_tx.distributed as dist
 import tinygrad_tx.functional as F
 from tinygrad_tx import optim
 
@@ -84,6 +93,8 @@ class Trainer:
     """One training run in one run directory."""
 
     def __init__(self, settings: TrainSettings):
+        dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
+        self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s = settings
         self.dir = run_directory(settings)
         splits, self.src_level, self.tgt_level = load_pairs(settings)
@@ -97,6 +108,7 @@ class Trainer:
             len(self.src_vocab), len(self.tgt_vocab), d_model=settings.d_model, num_heads=settings.heads,
             num_encoder_layers=settings.layers, num_decoder_layers=settings.layers, d_ff=settings.d_ff,
             dropout=settings.dropout, max_len=2 * longest + 16, pad_id=PAD_ID).to(settings.device)
+        self.parallel = dist.DataParallel(self.model)  # with several ranks: averages gradients in backward
         self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
         warmup = min(settings.warmup, settings.steps // 4)  # short runs still get to decay
         self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, settings.lr, settings.lr * 0.05)
@@ -113,6 +125,8 @@ class Trainer:
             return
         if (self.dir / "last.npz").exists():
             raise RunError(f"{self.dir} already holds a run; use --resume to continue it or --out for a new one")
+        if not self.main:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json(self.dir / "run.json", {
             "src_level": self.src_level, "tgt_level": self.tgt_level,
@@ -133,12 +147,16 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.step, self.best = int(state["step"]), float(state["best"])
+        if not self.main:
+            return
         # forget what was logged after the checkpoint: those steps are about to run again
         log = self.dir / "metrics.jsonl"
         kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= self.step]
         log.write_text("".join(line + "\n" for line in kept))
 
     def log(self, record: dict) -> None:
+        if not self.main:
+            return
         with open(self.dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -148,7 +166,7 @@ class Trainer:
         per_epoch = len(self.batcher)
         epoch, skip = divmod(self.step, per_epoch)
         while True:
-            for i, batch in enumerate(self.batcher.batches(epoch)):
+            for i, batch in enumerate(self.batcher.batches(epoch, dist.rank(), dist.world_size())):
                 if i >= skip:
                     yield batch
             epoch, skip = epoch + 1, 0
@@ -170,29 +188,49 @@ class Trainer:
         for src, tgt_in, tgt_out in self.batches():
             if self.step >= self.s.steps:
                 return "done"
-            if stop:
-                self.save("last.npz")
+            # one small all-reduce: the batch's real tokens on all ranks, and whether any rank was interrupted
+            n_tokens, stopping = dist.all_reduce(np.array([int((tgt_out != PAD_ID).sum()), len(stop)]), op="sum")
+            if stopping:  # every rank stops at the same step
+                if self.main:
+                    self.save("last.npz")
                 return "interrupted"
-            device.seed(self.s.seed * 1_000_003 + self.step)  # dropout masks depend on (seed, step) only
+            # dropout masks depend on (seed, step) only, and differ between ranks
+            device.seed((self.s.seed * 1_000_003 + self.step) * dist.world_size() + dist.rank())
             logits = self.model(src, tgt_in)  # (B, T, V)
-            loss = F.cross_entropy(logits, tgt_out, ignore_index=PAD_ID, label_smoothing=self.s.label_smoothing)
+            loss = self.loss(logits, tgt_out, int(n_tokens))
             self.optimizer.zero_grad()
             loss.backward()
             optim.clip_grad_norm(params, 1.0)
             self.optimizer.step()
             self.schedule.step()
             self.step += 1
-            tokens += int((tgt_out != PAD_ID).sum())
+            tokens += int(n_tokens)
             progress.update(1)
             if self.step % self.s.log_every == 0:
                 rate = tokens / (time.perf_counter() - started)
-                record = {"step": self.step, "loss": round(loss.item(), 5), "lr": self.schedule.get_lr(),
-                          "tokens_per_s": round(rate)}
+                record = {"step": self.step, "loss": round(dist.all_reduce(loss.item(), op="mean"), 5),
+                          "lr": self.schedule.get_lr(), "tokens_per_s": round(rate)}
                 progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{rate:.0f}", lr=f"{record['lr']:.1e}")
                 self.log(record)
-            if self.step % self.s.eval_every == 0 or self.step == self.s.steps:
+            if self.main and (self.step % self.s.eval_every == 0 or self.step == self.s.steps):
                 self.validate(progress)
         return "done"
+
+    def loss(self, logits: tx.Tensor, tgt_out, n_tokens: int) -> tx.Tensor:
+        """The mean cross-entropy per real (non-padding) token of the whole global batch.
+
+        `n_tokens` counts the real tokens of the batch on all ranks together. Each rank
+        sums its own tokens' losses and divides by n_tokens / world_size; DataParallel
+        then averages over the ranks: (1/N) Σ_r N·sum_r / n_tokens = Σ_r sum_r / n_tokens,
+        the global per-token mean, as one process with the whole batch computes it.
+        Averaging each rank's own mean would instead weight a token on a rank whose shard
+        holds few real tokens (short targets, much padding) more than one on a full rank,
+        and the result would depend on how the batch was split. With one process this
+        is exactly the usual mean over the non-ignored targets.
+        """
+        loss_sum = F.cross_entropy(logits, tgt_out, ignore_index=PAD_ID, label_smoothing=self.s.label_smoothing,
+                                   reduction="sum")
+        return loss_sum / (n_tokens / dist.world_size())
 
     def validate(self, progress) -> None:
         """Score greedy translations of the validation pairs; keep `best.npz`, write `last.npz`."""
