@@ -78,7 +78,8 @@ def worker(config: str, steps: int, warmup: int = 2) -> None:
         print(json.dumps({"ranks": dist.world_size(), "step_s": statistics.median(times),
                           "all_reduce_s": statistics.median(comm), "tokens": tokens,
                           "bytes": sum(p.data.nbytes for p in model.parameters()),
-                          "buckets": len(parallel.buckets), "profile": rows}))
+                          "buckets": len(parallel.buckets), "profile": rows,
+                          "early": parallel.stats.early / max(parallel.stats.calls, 1)}))
 
 
 def ring_seconds(n: int, nbytes: int, buckets: int, bandwidth: float, alpha: float) -> float:
@@ -114,6 +115,7 @@ def main() -> None:
         print(f"{n:>5}{1e3 * m['step_s']:>10.1f}{rate:>11.0f}{rate / (base['tokens'] / base['step_s']):>10.2f}"
               f"{1e3 * m['all_reduce_s']:>15.2f}{100 * m['all_reduce_s'] / m['step_s']:>7.1f}%")
     widest = measured[max(measured)]
+    print(f"{100 * widest['early']:.0f}% of the all-reduces with {widest['ranks']} ranks started while backward ran")
     print(f"\nprofiler, one step of rank 0 with {widest['ranks']} ranks (instrumented, so slower):")
     print("\n".join("   " + row for row in widest["profile"]))
 

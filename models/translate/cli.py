@@ -35,6 +35,8 @@ USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, Fi
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
+        if args.command == "train":
+            dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
         if args.command != "tasks":
             tx.set_device(args.device)  # fails here, with the fix, when CUDA is unavailable
         args.run(args)

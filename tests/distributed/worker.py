@@ -58,7 +58,7 @@ def data_parallel(device: str) -> dict:
     tx.manual_seed(dist.rank())  # different initial weights per rank: the broadcast must fix them
     model = dist.DataParallel(Net().to(device), bucket_mb=600 / 2 ** 20)  # ~600 B: several mixed buckets
     opt = optim.SGD(model.module.parameters(), lr=0.1)
-    grads = {}
+    grads, calls, early = {}, [], []
     for step in range(3):
         x, y = data(step, 7)  # 7 rows: shards of 4 and 3
         x, y = x[dist.rank()::2], y[dist.rank()::2]
@@ -73,9 +73,11 @@ def data_parallel(device: str) -> dict:
             grads = {f"grad.{k}": (p.grad.numpy() if p.grad is not None else np.array(np.nan))
                      for k, p in model.module.named_parameters()}
         opt.step()
+        calls.append(model.stats.calls)
+        early.append(model.stats.early)
     params = {f"param.{k}": p.numpy() for k, p in model.module.named_parameters()}
     return {**grads, **params, "buckets": np.array([len(b.params) for b in model.buckets]),
-            "all_reduce_calls": model.stats.calls, "profiled_steps": profile.stats["all_reduce"].calls}
+            "calls": np.diff([0] + calls), "early_calls": np.diff([0] + early), "profiled_steps": profile.stats["all_reduce"].calls}
 
 
 def fails(device: str) -> dict:

@@ -203,6 +203,20 @@ def test_batches_group_similar_lengths():
     assert max(spreads) <= 2 < overall
 
 
+def test_shards_deal_out_each_batch_and_an_empty_shard_adds_no_target():
+    src, tgt = random_corpus(n=33)  # batches of 8, 8, 8, 8 and 1
+    batcher = data.Batcher(src, tgt, batch_size=8, seed=0)
+    whole = list(batcher.batches(epoch=1))
+    parts = [list(batcher.batches(epoch=1, shard=r, shards=3)) for r in range(3)]
+    for b, (_, _, t_out) in enumerate(whole):
+        rows = [int(t[0]) for r in range(3) for t in parts[r][b][2] if (t != PAD_ID).any()]  # not stand-ins
+        assert sorted(rows) == sorted(int(t[0]) for t in t_out)  # each row on exactly one shard
+    short = next(b for b, (s, _, _) in enumerate(whole) if len(s) == 1)  # batches come shuffled
+    last = [parts[r][short] for r in range(3)]
+    assert [len(s) for s, _, _ in last] == [1, 1, 1]  # one real row; the others stand in with it
+    assert (last[0][2] != PAD_ID).any() and (last[1][2] == PAD_ID).all() and (last[2][2] == PAD_ID).all()
+
+
 def test_batch_order_is_reproducible_per_seed_and_epoch():
     src, tgt = random_corpus()
 

@@ -4,8 +4,10 @@ rank's optimizer makes the same update. As PyTorch's DDP and Horovod do it:
 
 1. At construction, rank 0's parameters are broadcast, so all ranks start equal.
 2. Parameters are grouped into buckets of about `bucket_mb` MiB (one all-reduce per bucket,
-   not per parameter: each call has a fixed latency), in reverse order of creation, which
-   is roughly the order backward finishes them (last layer first).
+   not per parameter: each call has a fixed latency), first in reverse order of creation,
+   roughly the order backward finishes them (last layer first); after the first backward,
+   in the order rank 0 actually saw them finish, parameters without a gradient last (a
+   bucket waiting for a gradient that never comes would hold back every bucket after it).
 3. A post-accumulate-grad hook on each parameter copies its finished gradient into its
    bucket's flat buffer during backward; a full bucket starts a non-blocking all-reduce at
    once, while backward goes on through the earlier layers.
@@ -44,6 +46,7 @@ class CommStats:
     (starting them and waiting for them; the part hidden behind backward is not counted)."""
 
     calls: int = 0
+    early: int = 0  # calls started by a gradient hook, while backward was still running
     bytes: int = 0
     seconds: float = 0.0
 
@@ -70,8 +73,10 @@ class DataParallel:
         params = [p for p in module.parameters() if p.requires_grad]
         for p in params:
             broadcast(p, root=0)
-        self.buckets = _make_buckets(params[::-1], int(bucket_mb * 2 ** 20))
-        self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
+        self.params, self.bucket_bytes = params, int(bucket_mb * 2 ** 20)
+        self._index = {id(p): i for i, p in enumerate(params)}
+        self._fill(params[::-1])
+        self._arrivals: list[int] | None = []  # indices into params in finishing order, in the first step
         self._next = 0  # the next bucket to start
         self._step_seconds = 0.0
         for p in params:
@@ -80,7 +85,13 @@ class DataParallel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
+    def _fill(self, order: list[Tensor]) -> None:
+        self.buckets = _make_buckets(order, self.bucket_bytes)
+        self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
+
     def _gradient_ready(self, p: Tensor) -> None:
+        if self._arrivals is not None:
+            self._arrivals.append(self._index[id(p)])
         bucket, i = self._where[id(p)]
         start, stop = bucket.slices[i]
         flat = self._buffer(bucket, p)
@@ -108,6 +119,7 @@ class DataParallel:
             communicator = group().communicator(first.backend)
             bucket.pending = communicator.all_reduce(flat, first.backend)
             self.stats.calls += 1
+            self.stats.early += not every
             self.stats.bytes += flat.nbytes
             self._next += 1
         if communicator is not None:
@@ -135,6 +147,17 @@ class DataParallel:
         for observer in tuple(autograd._observers):  # the profiler's "all_reduce" row
             observer.collective("all_reduce", self._step_seconds)
         self._step_seconds = 0.0
+        if self._arrivals is not None:
+            self._rebucket()
+
+    def _rebucket(self) -> None:
+        """Once, after the first backward: buckets in the order rank 0's gradients finished
+        (every rank must use the same buckets, so rank 0's order is broadcast)."""
+        seen = set(self._arrivals)
+        order = np.array(self._arrivals + [i for i in range(len(self.params)) if i not in seen], dtype=np.int64)
+        broadcast(order, root=0)
+        self._fill([self.params[i] for i in order.tolist()])
+        self._arrivals = None
 
 
 def _make_buckets(params: list[Tensor], bucket_bytes: int) -> list[_Bucket]:

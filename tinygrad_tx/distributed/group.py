@@ -65,8 +65,9 @@ def launched_by_mpi() -> bool:
 def init(device: str | None = None) -> Group:
     """Join the job `mpiexec` started (once; later calls return the same group).
 
-    With device "cuda", each rank takes the GPU `local_rank % number of GPUs` before
-    anything is allocated on one, so ranks on one host use different GPUs.
+    With device "cuda", each rank takes the GPU `local_rank % number of GPUs`, so ranks on
+    one host use different GPUs: call it before the first tensor on "cuda" (even before
+    `tx.set_device("cuda")`, which already allocates on the current GPU).
     """
     global _group
     if _group is not None:
@@ -102,9 +103,16 @@ def _timeout_from_environment() -> float:
 
 
 def _choose_gpu(local_rank: int) -> None:
-    cupy = get_backend("cuda").xp  # raises the usual DeviceError, with the fix, without CuPy or a GPU
-    count = cupy.cuda.runtime.getDeviceCount()
-    cupy.cuda.Device(local_rank % count).use()
+    """Make GPU `local_rank % count` current, before CuPy allocates anything on another one."""
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy or no usable GPU: the backend's error says which, and how to fix it
+        get_backend("cuda")
+        raise
+    if count:
+        cupy.cuda.Device(local_rank % count).use()
 
 
 def _abort_on_uncaught(kind, value, tb) -> None:
