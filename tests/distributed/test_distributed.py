@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -21,8 +22,12 @@ REPO = HERE.parents[1]
 RANKS = 2
 
 
+# pip puts the mpich wheel's mpiexec next to this Python's scripts, which need not be on PATH
+MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")]))
+
+
 def _skip_reason() -> str | None:
-    if shutil.which("mpiexec") is None:
+    if MPIEXEC is None:
         return 'mpiexec is not installed: pip install "tinygrad-tx[dist]" (the mpich wheel provides it)'
     if importlib.util.find_spec("mpi4py") is None:
         return 'mpi4py is not installed: pip install "tinygrad-tx[dist]"'
@@ -35,7 +40,7 @@ needs_mpi = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reas
 def mpiexec(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     """`mpiexec -n 2 python ARGS` from the repository root, one BLAS thread per rank."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(["mpiexec", "-n", str(RANKS), sys.executable, *args], capture_output=True, text=True,
+    return subprocess.run([MPIEXEC, "-n", str(RANKS), sys.executable, *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=timeout)
 
 

@@ -100,6 +100,8 @@ class NcclCommunicator:
         import cupy
         from cupy.cuda import nccl
 
+        if not getattr(nccl, "available", True):  # CuPy found no NCCL library at run time
+            raise ImportError("CuPy found no NCCL library")
         self.cupy, self.nccl, self.timeout = cupy, nccl, timeout
         unique_id = nccl.get_unique_id() if mpi_comm.rank == 0 else None
         unique_id = mpi_comm.bcast(unique_id, root=0)  # rank 0's id, so all join one communicator

@@ -49,8 +49,9 @@ class Group:
             try:
                 self.nccl = NcclCommunicator(self.comm, self.timeout)
             except ImportError as e:
-                raise DistributedError(f"device cuda needs NCCL through CuPy (cupy.cuda.nccl), which is "
-                                       f"unavailable ({e}); install a CuPy wheel built with NCCL") from None
+                raise DistributedError(
+                    f"device cuda needs NCCL through CuPy (cupy.cuda.nccl), which is unavailable ({e}); install "
+                    "it with: python -m cupyx.tools.install_library --library nccl --cuda 12.x") from None
         return self.nccl
 
 
