@@ -72,6 +72,7 @@ def test_single_process_is_the_identity(device):
     model = tx.nn.Linear(2, 2).to(device)
     wrapped = dist.DataParallel(model)
     assert wrapped.buckets == [] and all(p._ready_hooks == () for p in model.parameters())
+    assert wrapped.parameters() == model.parameters()  # the wrapper passes on to its module
     with pytest.raises(ValueError, match="op must be one of"):
         dist.all_reduce(t, op="max")
 

@@ -57,7 +57,7 @@ def data_parallel(device: str) -> dict:
     """Three SGD steps; each rank takes rows rank::2 of the global batch."""
     tx.manual_seed(dist.rank())  # different initial weights per rank: the broadcast must fix them
     model = dist.DataParallel(Net().to(device), bucket_mb=600 / 2 ** 20)  # ~600 B: several mixed buckets
-    opt = optim.SGD(model.module.parameters(), lr=0.1)
+    opt = optim.SGD(model.parameters(), lr=0.1)
     grads, calls, early = {}, [], []
     for step in range(3):
         x, y = data(step, 7)  # 7 rows: shards of 4 and 3

@@ -74,11 +74,6 @@ class MpiCommunicator:
     def barrier(self) -> Pending:
         return Pending(self.comm.Ibarrier().Test, lambda: None, "barrier", self.timeout)
 
-    def progress(self) -> None:
-        """Let MPI move data for collectives in flight: without a progress thread, MPI only
-        works inside MPI calls, so DataParallel calls this as it launches each bucket."""
-        self.MPI.Request.Testall([])  # any MPI call drives the progress engine
-
 
 def _host_buffer(array: Any, backend: Backend) -> tuple[np.ndarray, Callable[[], None]]:
     """A contiguous NumPy view of `array` for MPI to work in, and what copies the result back
@@ -122,9 +117,6 @@ class NcclCommunicator:
         stream = self.cupy.cuda.get_current_stream()
         self.comm.bcast(buffer.data.ptr, buffer.size, self._type(buffer), root, stream.ptr)
         return self._pending(stream, copy_back, f"NCCL broadcast of {array.size} values from rank {root}")
-
-    def progress(self) -> None:
-        """NCCL progresses on the GPU by itself."""
 
     def _type(self, array: Any) -> int:
         try:

@@ -85,6 +85,11 @@ class DataParallel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
+    def __getattr__(self, name: str) -> Any:  # parameters(), state_dict(), train(), ...: the module's
+        if name == "module":  # not set yet (copy, pickle): no module to ask
+            raise AttributeError(name)
+        return getattr(self.module, name)
+
     def _fill(self, order: list[Tensor]) -> None:
         self.buckets = _make_buckets(order, self.bucket_bytes)
         self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
@@ -108,22 +113,21 @@ class DataParallel:
 
     def _start_buckets(self, every: bool) -> None:
         """Start the buckets in order, as far as they are full (all of them with `every`)."""
-        started = perf_counter()
-        communicator = None
+        started, first_started = perf_counter(), self._next
         while self._next < len(self.buckets):
             bucket = self.buckets[self._next]
             if not every and bucket.ready < len(bucket.params):
                 break
             first = bucket.params[0]
             flat = self._buffer(bucket, first)
-            communicator = group().communicator(first.backend)
-            bucket.pending = communicator.all_reduce(flat, first.backend)
+            bucket.pending = group().communicator(first.backend).all_reduce(flat, first.backend)
             self.stats.calls += 1
             self.stats.early += not every
             self.stats.bytes += flat.nbytes
             self._next += 1
-        if communicator is not None:
-            communicator.progress()
+        if self._next > first_started:
+            for bucket in self.buckets[:self._next]:
+                bucket.pending.done()  # MPI moves data only inside MPI calls: testing a request is one
             self._step_seconds += perf_counter() - started
 
     def _finish(self) -> None:
