@@ -4,6 +4,7 @@ computing the same thing without MPI."""
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -194,6 +195,25 @@ def test_training_on_two_ranks_matches_one_process_and_resumes_with_either(tmp_p
     train(2, "--resume", "--steps", "6", "--out", str(mixed))
     assert_same_weights(one, two)
     assert_same_weights(one, mixed)
+
+
+@needs_mpi
+def test_ctrl_c_on_mpiexec_stops_every_rank_at_one_step_and_saves(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    args = [MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "models", "train", *TINY, "--steps", "100000",
+            "--out", str(out)]
+    process = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():  # 10 steps done
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal does: mpiexec passes it on
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stdout.count("interrupted at step") == 1  # rank 0 alone says so
+    step = int(tx.load(out / "last.npz")["step"])
+    assert f"interrupted at step {step}:" in stdout and step >= 10
 
 
 @needs_mpi
