@@ -165,8 +165,8 @@ class DataParallel:
 
 
 def _make_buckets(params: list[Tensor], bucket_bytes: int) -> list[_Bucket]:
-    """Consecutive parameters, a bucket closed once it holds `bucket_bytes` (a larger
-    parameter gets a bucket of its own); one device and dtype per bucket."""
+    """Consecutive parameters, each bucket closed as soon as it holds `bucket_bytes` or more;
+    one device and dtype per bucket."""
     buckets: list[_Bucket] = []
     current: list[Tensor] = []
 
