@@ -278,7 +278,7 @@ def _walk(root: "Tensor", grad: "Tensor", retain_graph: bool, create_graph: bool
     pending = {root.grad_fn: grad if create_graph else grad.data}  # node -> gradient of its output
     with enable_grad() if create_graph else no_grad():
         for fn in order:
-            if sink.waiting:  # leaves with ready-hooks whose every use has now been walked
+            if sink.waiting:  # leaves with post-accumulate-grad hooks: deliver those no node left uses
                 sink.deliver_finished(fn.seq, create_graph)
             g = pending.pop(fn, None)
             if g is not None:  # None: every use of its output sent nothing back, so neither does it
