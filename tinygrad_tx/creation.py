@@ -20,13 +20,7 @@ def _shape(shape: tuple) -> tuple:
 def _full(shape, value, dtype, device, requires_grad) -> Tensor:
     backend = get_backend(device)
     data = backend.xp.full(_shape(shape), value, dtype=dtype or DEFAULT_DTYPE)
-    return _leaf(data, backend, requires_grad)
-
-
-def _leaf(data: Any, backend, requires_grad: bool) -> Tensor:
-    t = Tensor._from_op(data, backend)
-    t.requires_grad = requires_grad
-    return t
+    return Tensor._from_op(data, backend).requires_grad_(requires_grad)  # refuses integer dtypes
 
 
 def zeros(*shape, dtype: Any = None, device: str | None = None, requires_grad: bool = False) -> Tensor:

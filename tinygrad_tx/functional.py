@@ -48,6 +48,8 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Normalise over the last axis, then `* weight + bias` (each of shape (D,), optional)."""
+    if x.ndim == 0:
+        raise ValueError("layer_norm: the input needs at least one axis to normalise, not a 0-d tensor")
     D = x.shape[-1]
     xp = x.backend.xp
     weight = weight if weight is not None else Tensor._from_op(xp.ones(D, dtype=x.dtype), x.backend)
@@ -55,4 +57,5 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     if weight.shape != (D,) or bias.shape != (D,):
         raise ValueError(f"layer_norm: input of shape {x.shape} needs weight and bias of shape ({D},), "
                          f"got {weight.shape} and {bias.shape}")
+    (x, weight), (_, bias) = x._pair(weight, "layer_norm"), x._pair(bias, "layer_norm")  # one dtype, or a clear error
     return LayerNorm.apply(x, weight, bias, eps=eps)

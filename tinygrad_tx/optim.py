@@ -20,6 +20,7 @@ for a parameter that had no gradient on some steps).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Iterable
 
 import numpy as np
@@ -40,10 +41,10 @@ class Optimizer:
     """
 
     hyperparameters: tuple[str, ...] = ("lr",)
+    state_names: frozenset[str] = frozenset()  # the arrays `_update` keeps for one parameter
 
     def __init__(self, params: Iterable[Tensor], lr: float):
-        if lr < 0:
-            raise ValueError(f"learning rate must be >= 0, not {lr}")
+        _check_nonnegative(type(self).__name__, lr=lr)
         self.params = _unique_params(params)
         self.lr = lr  # read at every step, so a schedule may change it
         self.t = 0  # number of step() calls so far
@@ -94,12 +95,21 @@ class Optimizer:
         optimizer as it was.
         """
         name = type(self).__name__
+        missing = {"optimizer", "t", "num_params", "hyperparameters", "state"} - state.keys()
+        if missing:
+            raise ValueError(f"load_state_dict: the state has no {', '.join(sorted(missing))}")
         if state["optimizer"] != name:
             raise ValueError(f"load_state_dict: the state is {state['optimizer']}'s, not {name}'s")
         if state["num_params"] != len(self.params):
             raise ValueError(f"load_state_dict: the state is for {state['num_params']} parameters, "
                              f"this optimizer has {len(self.params)}")
         for key, arrays in state["state"].items():
+            if not (isinstance(key, str) and key.isdigit() and int(key) < len(self.params)):
+                raise ValueError(f"load_state_dict: state for parameter {key!r}; this optimizer has "
+                                 f"parameters 0 to {len(self.params) - 1}")
+            if set(arrays) != self.state_names:
+                raise ValueError(f"load_state_dict: parameter {key} has state {sorted(arrays)}, "
+                                 f"{name} keeps {sorted(self.state_names)}")
             p = self.params[int(key)]
             for array_name, array in arrays.items():
                 if np.shape(array) != p.shape:
@@ -113,6 +123,13 @@ class Optimizer:
             p = self.params[int(key)]
             self.state[int(key)] = {array_name: p.backend.from_host(np.array(array, dtype=p.dtype))
                                     for array_name, array in arrays.items()}
+
+
+def _check_nonnegative(optimizer: str, **values: float) -> None:
+    """Each hyper-parameter a finite number >= 0 (a NaN learning rate would train NaN silently)."""
+    for name, value in values.items():
+        if not (isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{optimizer}: {name} must be a finite number >= 0, not {value!r}")
 
 
 def _unique_params(params: Iterable[Tensor]) -> list[Tensor]:
@@ -143,9 +160,11 @@ class SGD(Optimizer):
     """
 
     hyperparameters = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+    state_names = frozenset({"momentum_buffer"})
 
     def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False):
+        _check_nonnegative("SGD", momentum=momentum, dampening=dampening, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
         super().__init__(params, lr)
@@ -177,12 +196,14 @@ class Adam(Optimizer):
     """
 
     hyperparameters = ("lr", "betas", "eps", "weight_decay")
+    state_names = frozenset({"m", "v"})
     decoupled_weight_decay = False
 
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), not {betas}")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"{type(self).__name__}: betas must be two numbers in [0, 1), not {betas}")
+        _check_nonnegative(type(self).__name__, eps=eps, weight_decay=weight_decay)
         super().__init__(params, lr)
         self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
 

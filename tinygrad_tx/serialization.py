@@ -18,6 +18,7 @@ import json
 import os
 import uuid
 import zipfile
+import zlib
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -58,11 +59,19 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     if META_KEY not in arrays:
         raise LoadError(f"tx.load: {path} is an .npz archive but was not written by tx.save "
                         f"(it has no {META_KEY!r} entry)")
-    meta = json.loads(arrays.pop(META_KEY).item())
-    if meta.get("format") != FORMAT or meta.get("version", 0) > VERSION:
-        raise LoadError(f"tx.load: {path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
+    try:
+        meta = json.loads(str(arrays.pop(META_KEY).item()))
+    except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError; .item() of a non-scalar too
+        raise LoadError(f"tx.load: {path} has damaged metadata ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "tree" not in meta:
+        raise LoadError(f"tx.load: {path} has no {FORMAT!r} metadata")
+    if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
+        raise LoadError(f"tx.load: {path} has format version {meta.get('version')!r}; "
                         f"this reader knows {FORMAT!r} up to version {VERSION}")
-    return _decode(meta["tree"], arrays)
+    try:
+        return _decode(meta["tree"], arrays)
+    except _DamagedTree as e:
+        raise LoadError(f"tx.load: {path} has damaged metadata ({e})") from None
 
 
 # -- the nesting <-> flat arrays plus a JSON tree ---------------------------------------
@@ -97,15 +106,25 @@ def _join(path: str, key: Any) -> str:
     return f"{path}{SEPARATOR}{key}" if path else key
 
 
-def _decode(node: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
+class _DamagedTree(Exception):
+    """A tree node that `_encode` cannot have written."""
+
+
+def _decode(node: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if not (isinstance(node, dict) and len(node) == 1):
+        raise _DamagedTree(f"a tree node must be one tagged value, not {node!r:.60}")
     (kind, body), = node.items()
-    if kind == "dict":
+    if kind == "dict" and isinstance(body, dict):
         return {key: _decode(item, arrays) for key, item in body.items()}
-    if kind == "list":
+    if kind == "list" and isinstance(body, list):
         return [_decode(item, arrays) for item in body]
-    if kind == "array":
+    if kind == "array" and isinstance(body, str):
+        if body not in arrays:
+            raise _DamagedTree(f"the array {body!r} is not in the archive")
         return arrays[body]
-    return body
+    if kind == "value" and (body is None or isinstance(body, (bool, int, float, str))):
+        return body
+    raise _DamagedTree(f"unknown node {kind!r} holding {body!r:.60}")
 
 
 # -- the file ---------------------------------------------------------------------------
@@ -161,7 +180,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
             try:
                 with archive.open(name) as member:
                     arrays[name.removesuffix(".npy")] = np.lib.format.read_array(member, allow_pickle=False)
-            except (zipfile.BadZipFile, EOFError, OSError) as e:
+            except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:
                 raise LoadError(f"tx.load: {path} is truncated or corrupt: entry {name!r}: {e}") from None
             except ValueError as e:  # numpy refuses object arrays when allow_pickle=False
                 raise LoadError(f"tx.load: {path}: entry {name!r} cannot be loaded safely: {e}") from None

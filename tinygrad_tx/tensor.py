@@ -16,6 +16,9 @@ from .backend import Backend, backend_of, get_backend
 DEFAULT_DTYPE = np.float32
 
 
+_OPERANDS = (int, float, bool, np.ndarray, np.generic, list, tuple)  # what `==` compares with, besides Tensors
+
+
 def _is_float(dtype: Any) -> bool:
     return np.dtype(dtype).kind == "f"
 
@@ -111,7 +114,24 @@ class Tensor:
         return f"Tensor({body}, dtype={self.dtype}, device={self.device}{name}{extra})"
 
     def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __bool__(self) -> bool:
+        """`if t:` as in NumPy and PyTorch: only a one-element tensor has a truth value."""
+        if self.size != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
+                             "use .any() or .all() on its .numpy(), or compare one element")
+        return bool(self.data.reshape(()).item())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """`np.asarray(t)` gives the data for a CPU tensor; other devices refuse, as CuPy does,
+        because the copy to the host would be silent."""
+        if self.backend.name != "cpu":
+            raise TypeError(f"a {self.device} tensor is not converted to a NumPy array implicitly; "
+                            "use .numpy()")
+        return np.array(self.data, dtype=dtype, copy=True) if copy else np.asarray(self.data, dtype=dtype)
 
     # -- autograd --------------------------------------------------------------------
     def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
@@ -131,6 +151,8 @@ class Tensor:
                                    "gradient argument of the same shape")
             grad = Tensor._from_op(self.backend.xp.ones(self.shape, dtype=self.dtype), self.backend)
         grad = grad if isinstance(grad, Tensor) else Tensor(grad, dtype=self.dtype, device=self.device)
+        if grad.dtype != self.dtype:
+            raise TypeError(f"backward(): a {grad.dtype} gradient for a {self.dtype} tensor; cast it with .astype()")
         if grad.shape != self.shape:
             raise RuntimeError(f"backward(): gradient of shape {grad.shape} for a tensor of shape {self.shape}")
         return autograd.run_backward(self, grad, retain_graph, create_graph, inputs)
@@ -199,10 +221,14 @@ class Tensor:
         return self, other
 
     def astype(self, dtype: Any) -> "Tensor":
-        """A copy in `dtype` (differentiable between floating dtypes)."""
-        if np.dtype(dtype) == self.dtype:
+        """A copy in `dtype`: differentiable to a floating dtype; to an integer or boolean
+        dtype it is outside the graph, as in PyTorch (rounding has no useful gradient)."""
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
             return self
-        return ops.Cast.apply(self, dtype=np.dtype(dtype))
+        if not _is_float(dtype):
+            return Tensor._from_op(self.backend.cast(self.data, dtype), self.backend)
+        return ops.Cast.apply(self, dtype=dtype)
 
     # -- arithmetic -------------------------------------------------------------------
     def __add__(self, o): return ops.Add.apply(*self._pair(o, "add"))
@@ -236,6 +262,12 @@ class Tensor:
     def eq(self, o): return self._compare(o, lambda a, b: a == b)
     def ne(self, o): return self._compare(o, lambda a, b: a != b)
 
+    # `==` is elementwise, as in NumPy and PyTorch; hashing stays by identity, so tensors can
+    # still be dict keys and set members. Other objects (None, strings) compare unequal.
+    def __eq__(self, o): return self.eq(o) if isinstance(o, (Tensor, *_OPERANDS)) else NotImplemented
+    def __ne__(self, o): return self.ne(o) if isinstance(o, (Tensor, *_OPERANDS)) else NotImplemented
+    __hash__ = object.__hash__
+
     def __invert__(self):
         if self.dtype != np.bool_:
             raise TypeError(f"~ needs a boolean tensor, not {self.dtype}")
@@ -264,7 +296,7 @@ class Tensor:
     def mean(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
         axes = ops.normalize_axis(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes])) if axes else 1
-        return self.sum(axes, keepdims) * (1.0 / count)
+        return self.sum(axes, keepdims) * (1.0 / count if count else float("nan"))  # empty: NaN, as in PyTorch
 
     def var(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
         """Population variance (NumPy's ddof=0), computed in two passes for accuracy."""
@@ -293,6 +325,7 @@ class Tensor:
         return self.transpose()
 
     def swapaxes(self, a: int, b: int) -> "Tensor":
+        ops.normalize_axis((a, b), self.ndim)  # a clear error for an axis out of range
         axes = list(range(self.ndim))
         axes[a], axes[b] = axes[b], axes[a]
         return ops.Transpose.apply(self, axes=tuple(axes))

@@ -89,6 +89,7 @@ class Module:
         unexpected = sorted(set(state) - set(params))
         if missing or unexpected:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        state = {name: value.numpy() if isinstance(value, Tensor) else value for name, value in state.items()}
         for name, t in params.items():
             array = np.asarray(state[name])
             if array.shape != t.shape:

@@ -68,19 +68,26 @@ class PowScalar(Function):
 
     def backward(self, g, x):
         c = self.exponent
+        if c == 0:  # x ** 0 is constant; c · x^(c-1) would be 0 · inf = NaN at x = 0
+            return (g * 0,)
         return (g * c * x ** (c - 1),)
 
 
 class Pow(Function):
     """x ** y for tensors; d/dy = x^y · log x is asked for only when y needs a gradient,
-    because log x is NaN for x < 0 even where the power itself is fine."""
+    because log x is NaN for x < 0 even where the power itself is fine.
+
+    Two limits are taken as PyTorch takes them, where the formulas give 0 · inf = NaN:
+    d/dx x^0 = 0 (also at x = 0), and d/dy 0^y = 0 for y >= 0.
+    """
 
     def forward(self, x, y):
         return x ** y
 
     def backward(self, g, x, y):
-        gx = g * y * x ** (y - 1) if self.needs_grad[0] else None
-        gy = g * x ** y * self.xp.log(x) if self.needs_grad[1] else None
+        xp = self.xp
+        gx = xp.where(y == 0, 0, g * y * x ** (y - 1)) if self.needs_grad[0] else None
+        gy = xp.where((x == 0) & (y >= 0), 0, g * x ** y * xp.log(x)) if self.needs_grad[1] else None
         return gx, gy
 
 

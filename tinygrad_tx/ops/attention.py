@@ -77,9 +77,11 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, cau
     `causal`: also hide keys after each query's position.
     `return_weights`: also return the attention weights (..., T_q, T_k), for pictures.
     """
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit "
                          "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, d_v))")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"attention: dtype mismatch q {q.dtype}, k {k.dtype}, v {v.dtype}; cast with .astype()")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"attention: dropout_p must be in [0, 1), not {dropout_p}")
     t_q, t_k = q.shape[-2], k.shape[-2]

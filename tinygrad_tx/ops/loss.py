@@ -70,6 +70,9 @@ def cross_entropy(logits: Tensor, target, ignore_index: int | None = None,
         raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, not {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], not {label_smoothing}")
+    if logits.ndim == 0 or logits.dtype.kind != "f":
+        raise TypeError(f"cross_entropy: logits must be a floating tensor with a class axis, "
+                        f"not {logits.dtype} of shape {logits.shape}")
     target = as_ids(target, logits.device, "cross_entropy: targets")
     if target.shape != logits.shape[:-1]:
         raise ValueError(f"cross_entropy: logits of shape {logits.shape} need targets of shape "

@@ -64,7 +64,8 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
     CuPy wraps an out-of-range index around instead of raising, so the check is ours.
     """
     items = index if isinstance(index, tuple) else (index,)
-    items = tuple(as_array(item, backend, "index arrays", "iub", IndexError) if isinstance(item, (Tensor, list, np.ndarray)) else item
+    items = tuple(as_array(item, backend, "index arrays", "iub", IndexError)
+                  if isinstance(item, (Tensor, list, tuple, np.ndarray)) else item  # inside, a tuple is a sequence
                   for item in items)
     consumed = sum(item.ndim if _is_bool_array(item) else 1 for item in items
                    if item is not None and item is not Ellipsis)
@@ -109,7 +110,8 @@ def as_array(value: Any, backend: Backend, what: str, kinds: str, error: type = 
             raise DeviceError(f"{what} is on {value.device}, the tensor on {backend.name}")
         value = value.data
     elif isinstance(value, (list, tuple, np.ndarray, np.generic, bool, int)):
-        value = backend.from_host(np.asarray(value))
+        host = np.asarray(value)
+        value = backend.from_host(host.astype(np.intp) if host.size == 0 and "i" in kinds else host)  # `[]` picks nothing
     if value.dtype.kind not in kinds:
         expected = " or ".join(dict.fromkeys({"b": "boolean", "i": "integer", "u": "integer"}[k] for k in kinds))
         raise error(f"{what} must be {expected}, not {value.dtype}")

@@ -89,7 +89,7 @@ class Gelu(OnceDifferentiable):
         if approximate == "tanh":
             self.t = self.xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
             return 0.5 * x * (1 + self.t)
-        self.cdf = 0.5 * (1 + self.backend.erf(x * (1 / math.sqrt(2))))  # Φ(x)
+        self.cdf = (0.5 * (1 + self.backend.erf(x * (1 / math.sqrt(2))))).astype(x.dtype)  # Φ(x); erf may widen float16
         return x * self.cdf
 
     def backward(self, g, x):
