@@ -57,8 +57,10 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
     Prefixes are ranked by their log-probability; a hypothesis that ends with EOS
     among the top `beam_size` candidates is finished and scored by its
     log-probability / gnmt_penalty(length, `length_penalty`) (0 compares plain
-    log-probabilities). A source is done when `beam_size` hypotheses have finished
-    (every beam has ended); the search stops when every source is done.
+    log-probabilities). A source is done when no live prefix can still beat its best
+    finished hypothesis: a prefix's log-probability only falls as it grows, so the most it
+    can still score is its log-probability over the largest penalty it could reach. The
+    search stops when every source is done (or at `max_len`).
     """
     src = token_ids(src, model.device)
     B, K, pad = src.shape[0], beam_size, model.config.pad_id
@@ -83,13 +85,15 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
         live = np.argsort(ends, axis=-1, kind="stable")[:, :K]  # the best K that did not end
         prefixes = np.take_along_axis(grown, live[:, :, None], axis=1)  # (B, K, length)
         scores = np.take_along_axis(top_scores, live, axis=-1)
+        reachable = max(gnmt_penalty(min(length + 1, max_len), length_penalty), gnmt_penalty(max_len, length_penalty))
+        finished.close(scores.max(axis=-1) / reachable)
         if finished.all_done() or length == max_len:
             break
         parent = np.take_along_axis(beam, live, axis=-1)  # (B, K)
         for c in cache:
             c.reorder((np.arange(B)[:, None] * K + parent).reshape(-1))
         step = prefixes[:, :, -1].reshape(B * K, 1)
-    # sources still short of K finished hypotheses at max_len: their live prefixes compete too
+    # sources not done at max_len: their live prefixes, cut there, compete too
     finished.add(prefixes, scores / gnmt_penalty(length, length_penalty), np.ones((B, K), dtype=bool))
     return finished.best()
 
@@ -101,7 +105,6 @@ class _Finished:
         self.K, self.max_len, self.pad = K, max_len, pad
         self.scores = np.full((B, K), -np.inf)
         self.seqs = np.full((B, K, max_len), pad, dtype=np.int64)
-        self.count = np.zeros(B, dtype=np.int64)
         self.done = np.zeros(B, dtype=bool)
 
     def add(self, seqs: np.ndarray, scores: np.ndarray, take: np.ndarray) -> None:
@@ -115,8 +118,11 @@ class _Finished:
         keep = np.argsort(-all_scores, axis=-1, kind="stable")[:, :self.K]
         self.scores = np.take_along_axis(all_scores, keep, axis=-1)
         self.seqs = np.take_along_axis(all_seqs, keep[:, :, None], axis=1)
-        self.count += take.sum(axis=1)
-        self.done |= self.count >= self.K
+
+    def close(self, live_bound: np.ndarray) -> None:
+        """Mark done the sources whose best finished score no live prefix can beat: `live_bound`
+        (B,) is the most any of a source's live prefixes can still score (-inf: none is left)."""
+        self.done |= self.scores[:, 0] >= live_bound
 
     def all_done(self) -> bool:
         return bool(self.done.all())

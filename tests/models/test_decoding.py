@@ -171,3 +171,46 @@ def test_gpt_and_classifier_save_and_load(tmp_path):
         model.save(tmp_path / "m.npz")
         loaded = type(model).load(tmp_path / "m.npz")
         np.testing.assert_array_equal(model.eval()(ids).numpy(), loaded.eval()(ids).numpy())
+
+
+class BigramModel:
+    """A stand-in decoder whose next-token distribution depends only on the last token fed
+    (`table[last]`), so the score of every hypothesis can be worked out by hand."""
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int):
+        self.logp = np.full((vocab, vocab), -50.0)
+        for last, nexts in table.items():
+            for token, p in nexts.items():
+                self.logp[last, token] = np.log(p)
+        self.config, self.device = type("Config", (), {"pad_id": PAD})(), "cpu"
+
+    def encode(self, src):
+        return None
+
+    def new_cache(self):
+        return []
+
+    def decode(self, tokens, memory, src, cache):
+        return tx.Tensor(self.logp[np.asarray(tokens)[:, -1]][:, None, :])  # (B, 1, V)
+
+    def score(self, row, alpha):
+        """log p(row) / gnmt_penalty(len(row)) for a hypothesis ending with EOS."""
+        tokens = [int(t) for t in row if t != PAD]
+        logp = sum(self.logp[last, t] for last, t in zip([BOS] + tokens, tokens))
+        return logp / gnmt_penalty(len(tokens), alpha)
+
+
+def test_beam_search_never_scores_below_greedy_when_junk_ends_early():
+    """Issue 10, defect 4. From BOS: a .45, EOS .35, b .20; then a -> c -> EOS (.99 each) and
+    b -> EOS (.9). With 2 beams, [EOS] and [b, EOS] end by step 2, which used to mark the source
+    done and drop the live [a, c], whose ending scores log(.45·.99·.99)/1.19 = -0.69 against
+    log(.35)/1 = -1.05 for [EOS]: greedy found the better translation."""
+    A, B, C = 3, 4, 5
+    model = BigramModel({BOS: {A: .45, EOS: .35, B: .20}, A: {C: .99, EOS: .01}, B: {EOS: .9, C: .1},
+                         C: {EOS: .99, C: .01}}, vocab=6)
+    src = np.array([[A]])
+    greedy = greedy_decode(model, src, 8, BOS, EOS)[0]
+    np.testing.assert_array_equal(greedy, [A, C, EOS])
+    for k in (2, 3, 4):
+        beam = beam_search(model, src, 8, BOS, EOS, beam_size=k, length_penalty=0.6)[0]
+        assert model.score(beam, 0.6) >= model.score(greedy, 0.6), f"beam {k}: {beam} below greedy {greedy}"
