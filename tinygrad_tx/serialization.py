@@ -19,7 +19,7 @@ import os
 import uuid
 import zipfile
 import zlib
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def save(state: dict[str, Any], path: str | os.PathLike) -> None:
     arrays: dict[str, np.ndarray] = {}
     tree = _encode(state, "", arrays)
     arrays[META_KEY] = np.array(json.dumps({"format": FORMAT, "version": VERSION, "tree": tree}))
-    _write_atomically(os.fspath(path), arrays)
+    write_atomically(path, lambda f: _write_npz(f, arrays))
 
 
 def load(path: str | os.PathLike) -> dict[str, Any]:
@@ -137,13 +137,17 @@ def _write_npz(file: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(member, array, allow_pickle=False)
 
 
-def _write_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write to a temporary file beside `path`, fsync it, then rename it over `path`."""
+def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(file)` on a temporary file beside `path`, fsync it, then rename it over `path`.
+
+    The temporary file is made with plain `open(..., "xb")`, so it gets the permissions
+    every other file gets (0666 less the umask; `mkstemp` would make it 0600)."""
+    path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(temporary, "xb") as f:
-            _write_npz(f, arrays)
+            write(f)
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(temporary, path)

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import fields
+from pathlib import Path
 
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 
-from .data import EOS, DataError, detokenize, tokenize
+from .data import EOS, DataError, clean_field, detokenize, tokenize
 from .evaluation import InputTooLong, cross_attention, encode_sources, score, translate
 from .plots import plot_attention
 from .run import RunError, open_run
@@ -40,9 +42,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.command != "tasks":
             tx.set_device(args.device)  # fails here, with the fix, when CUDA is unavailable
         args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         dist.exit(2)  # with several ranks, ends them all: the others would wait for this one
+    except BrokenPipeError:  # `python -m models tasks | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail again
+        sys.exit(1)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--data", help="a file of source<TAB>target lines")
     defaults = TrainSettings()
     for name in ("out", "steps", "batch_size", "d_model", "heads", "layers", "d_ff", "dropout", "lr",
-                 "warmup", "label_smoothing", "seed", "n_train", "eval_every", "level"):
+                 "warmup", "label_smoothing", "seed", "n_train", "max_len", "eval_every", "level"):
         kind = type(getattr(defaults, name)) if getattr(defaults, name) is not None else str
         train.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
                            help=f"default: {getattr(defaults, name)} (tasks may set their own)")
@@ -92,6 +98,8 @@ def run_train(args: argparse.Namespace) -> None:
     trainer.start()
     ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
     say = print if trainer.main else (lambda *_: None)
+    if trainer.dropped:
+        say(f"left out {trainer.dropped} pairs longer than --max-len {settings.max_len} tokens")
     say(f"training on {len(trainer.train_pairs)} pairs ({trainer.src_level} -> {trainer.tgt_level} tokens), "
         f"{sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, run directory {trainer.dir}")
     started = time.perf_counter()
@@ -107,7 +115,13 @@ def run_train(args: argparse.Namespace) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
+    check_beam(args.beam)
     report(args.checkpoint, args.beam, args.json, args.device)
+
+
+def check_beam(beam: int) -> None:
+    if beam < 1:
+        raise ValueError(f"--beam must be >= 1 (1 is greedy search), not {beam}")
 
 
 def report(directory, beam: int, as_json: bool, device: str) -> None:
@@ -127,14 +141,20 @@ def report(directory, beam: int, as_json: bool, device: str) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> None:
+    check_beam(args.beam)
+    if args.attention and not Path(args.attention).resolve().parent.is_dir():
+        raise ValueError(f"--attention {args.attention}: the directory to write it into does not exist")
     run = open_run(args.checkpoint, args.device)
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    # one output line per input line; the same clean-up as the training pairs got
+    sentences = [clean_field(text) for text in args.sentences or sys.stdin.read().splitlines()]
     if not sentences:
         raise ValueError("nothing to translate: give sentences as arguments or on standard input")
     outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.levels, args.beam)
     for output in outputs:
         print(output)
     if args.attention:
+        if not outputs[0]:
+            raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
         src_level, tgt_level = run.levels
         src = encode_sources(sentences[:1], run.src_vocab, src_level, run.model.config.max_len)
         # row i: the query that produced output token i, fed BOS and the tokens before it

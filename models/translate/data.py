@@ -120,6 +120,12 @@ def read_tsv(path: str | Path) -> list[Pair]:
     return pairs
 
 
+def clean_field(text: str) -> str:
+    """What a sentence goes through before it is tokenised, in training and in `translate`
+    alike: surrounding whitespace (a Windows line's \\r included) is dropped."""
+    return text.strip()
+
+
 def _parse_tsv_line(line: str, path: Path, lineno: int) -> Pair:
     shown = line if len(line) <= 60 else line[:57] + "..."
     fields = line.split("\t")
@@ -127,7 +133,7 @@ def _parse_tsv_line(line: str, path: Path, lineno: int) -> Pair:
         problem = "has no tab" if len(fields) == 1 else f"has {len(fields) - 1} tabs"
         raise DataError(f"{path}, line {lineno}: expected 'source<TAB>target' "
                         f"but the line {problem}: {shown!r}")
-    source, target = (field.strip() for field in fields)
+    source, target = (clean_field(field) for field in fields)
     if not source or not target:
         side = "source" if not source else "target"
         raise DataError(f"{path}, line {lineno}: empty {side}: {shown!r}")

@@ -36,17 +36,21 @@ def encode_sources(sentences: Sequence[str], vocab: Vocab, level: str, max_len: 
 
 def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tgt_vocab: Vocab,
               levels: tuple[str, str], beam: int = 1, batch_size: int = 256) -> list[str]:
-    """Translate sentences with greedy search (beam=1) or beam search."""
+    """Translate sentences with greedy search (beam=1) or beam search; a sentence without
+    tokens translates to "" (a row of padding alone would make the model invent one)."""
     max_len = model.config.max_len
-    outputs: list[str] = []
-    for start in range(0, len(sentences), batch_size):
-        src = encode_sources(sentences[start:start + batch_size], src_vocab, levels[0], max_len - 2)
+    outputs = [""] * len(sentences)
+    todo = [i for i, sentence in enumerate(sentences) if tokenize(sentence, levels[0])]
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start:start + batch_size]
+        src = encode_sources([sentences[i] for i in batch], src_vocab, levels[0], max_len - 2)
         limit = min(max_len - 1, 2 * src.shape[1] + 10)
         if beam > 1:
             ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam)
         else:
             ids = greedy_decode(model, src, limit, BOS_ID, EOS_ID)
-        outputs += [detokenize(tgt_vocab.decode(row), levels[1]) for row in ids]
+        for i, row in zip(batch, ids):
+            outputs[i] = detokenize(tgt_vocab.decode(row), levels[1])
     return outputs
 
 

@@ -5,11 +5,12 @@ never a reason for a training run to crash.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from .run import read_metrics
 
 
 def _pyplot():
@@ -28,7 +29,7 @@ def plot_curves(run_dir: Path) -> bool:
     plt = _pyplot()
     if plt is None:
         return False
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if "loss" in r]
     valid = [r for r in records if "valid_exact_match" in r]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))

@@ -11,47 +11,168 @@
       curves.png      loss and validation accuracy (with matplotlib installed)
 
 Every file is written to a temporary name and then renamed over the old one, so
-a crash or Ctrl-C mid-write never leaves a half-written file in place of a good one.
+a crash or Ctrl-C mid-write never leaves a half-written file in place of a good one
+(metrics.jsonl, appended to line by line, is the exception: a damaged line is skipped).
+Every file read back is checked, and a damaged one is a `RunError` that names it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tinygrad_tx as tx
+from tinygrad_tx.serialization import write_atomically
 
-from .data import Pair, Vocab, read_tsv
+from .data import LEVELS, Pair, Vocab, read_tsv
 from ..transformer import Transformer
+
+RUN_FORMAT = "tinygrad_tx.run"
+"""Written into run.json: what marks a directory as a run directory `train` may write into again."""
+RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
+                       "metrics.jsonl", "curves.png"})
 
 
 class RunError(RuntimeError):
     """A run directory or checkpoint that cannot be used; the message says which and why."""
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same directory and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_text(path: Path, text: str) -> None:
+    write_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def write_json(path: Path, value: Any) -> None:
-    write_atomically(path, json.dumps(value, indent=2) + "\n")
+    write_text(path, json.dumps(value, indent=2) + "\n")
 
 
-def write_pairs(path: Path, pairs: list[Pair]) -> None:
-    write_atomically(path, "".join(f"{s}\t{t}\n" for s, t in pairs))
+def pairs_text(pairs: list[Pair]) -> str:
+    return "".join(f"{s}\t{t}\n" for s, t in pairs)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_run_files(directory: Path, run: dict, files: dict[str, str]) -> None:
+    """run.json, holding the SHA-256 of each of `files` (name -> text), then those files.
+
+    run.json goes first, so a directory that holds anything at all is marked as a run
+    directory; the checksums let every later read tell a damaged or edited file."""
+    checksums = {name: sha256(text.encode("utf-8")) for name, text in files.items()}
+    write_json(directory / "run.json", {**run, "format": RUN_FORMAT, "checksums": checksums})
+    for name, text in files.items():
+        write_text(directory / name, text)
+
+
+def read_checked(directory: Path, run: dict, name: str) -> str:
+    """The text of a file `write_run_files` wrote, refused if it changed since."""
+    path = directory / name
+    if not path.is_file():
+        raise RunError(f"{path} is missing: is {directory} a run directory written by `train`?")
+    data = path.read_bytes()
+    if sha256(data) != run["checksums"].get(name):
+        raise RunError(f"{path} is damaged or was edited: its SHA-256 is not the one run.json records")
+    return data.decode("utf-8")
+
+
+def fingerprint(splits: dict[str, list[Pair]]) -> str:
+    """A SHA-256 of every pair of every split, in order: equal fingerprints mean the same data,
+    split the same way (a corpus edited since, or another task, gives another one)."""
+    digest = hashlib.sha256()
+    for name in sorted(splits):
+        digest.update(f"{name}\n".encode())
+        for source, target in splits[name]:
+            digest.update(f"{source}\t{target}\n".encode())
+    return digest.hexdigest()
+
+
+def check_new_run_directory(directory: Path) -> None:
+    """Refuse to start a run in `directory` unless it is new, empty, or a run directory
+    (run.json says so) without a checkpoint: nothing a user owns is overwritten."""
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise RunError(f"--out {directory} is a file, not a directory")
+    names = {p.name for p in directory.iterdir()}
+    if not names:
+        return
+    if "last.npz" in names:
+        raise RunError(f"{directory} already holds a run; use --resume to continue it or --out for a new one")
+    temporary = {name for name in names if _is_temporary(name)}  # left by a crash mid-write
+    ours = names - temporary <= RUN_FILES and (names == temporary or _is_run_json(directory / "run.json"))
+    if not ours:
+        raise RunError(f"{directory} is not empty and not a run directory written by train; "
+                       "choose another --out (nothing was written)")
+
+
+def _is_temporary(name: str) -> bool:
+    """A temporary file `write_atomically` makes for one of the run files: .NAME.XXXXXXXX.tmp"""
+    return any(name.startswith(f".{run_file}.") and name.endswith(".tmp") for run_file in RUN_FILES)
+
+
+def _is_run_json(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("format") == RUN_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise RunError(f"{path} is missing: is {path.parent} a run directory written by `train`?")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunError(f"{path} is corrupt ({e})") from None
+
+
+def read_run_json(directory: Path) -> dict:
+    """run.json, checked to hold what `train` writes there."""
+    path = directory / "run.json"
+    run = read_json(path)
+    kinds = {"settings": dict, "corpus": dict, "checksums": dict, "src_level": str, "tgt_level": str}
+    if not isinstance(run, dict):
+        raise RunError(f"{path} is damaged: it holds a {type(run).__name__}, not an object")
+    for key, kind in kinds.items():
+        if not isinstance(run.get(key), kind):
+            raise RunError(f"{path} is damaged: {key!r} is missing or not a {kind.__name__}")
+    for key in ("src_level", "tgt_level"):
+        if run[key] not in LEVELS:
+            raise RunError(f"{path} is damaged: {key} {run[key]!r} is not one of {LEVELS}")
+    return run
+
+
+def read_vocabs(directory: Path, run: dict) -> tuple[Vocab, Vocab]:
+    """The source and target vocabularies of vocab.json."""
+    try:
+        vocab = json.loads(read_checked(directory, run, "vocab.json"))
+        return Vocab.from_dict(vocab["src"]), Vocab.from_dict(vocab["tgt"])
+    except (KeyError, TypeError, ValueError) as e:  # a JSONDecodeError is a ValueError
+        raise RunError(f"{directory / 'vocab.json'} is damaged: {type(e).__name__} {e}") from None
+
+
+def read_held_out(directory: Path, run: dict, split: str) -> list[Pair]:
+    """The valid or test pairs the run was given, exactly as `train` wrote them."""
+    read_checked(directory, run, f"{split}.tsv")
+    return read_tsv(directory / f"{split}.tsv")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of metrics.jsonl; a line that is not a JSON object with a step (a write cut
+    short by a crash) is skipped, and a missing file is an empty log."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+    return records
 
 
 @dataclass
@@ -69,39 +190,54 @@ class Run:
         return self.settings["src_level"], self.settings["tgt_level"]
 
     def held_out(self, split: str = "test") -> list[Pair]:
-        return read_tsv(self.directory / f"{split}.tsv")
-
-
-def read_json(path: Path) -> Any:
-    if not path.exists():
-        raise RunError(f"{path} is missing: is {path.parent} a run directory written by `train`?")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RunError(f"{path} is corrupt ({e})") from None
+        return read_held_out(self.directory, self.settings, split)
 
 
 def load_checkpoint(path: Path) -> dict:
     """The state saved by `save_checkpoint`, with a clear error for a missing or damaged file."""
-    if not path.exists():
+    if not path.is_file():
         raise RunError(f"checkpoint {path} does not exist")
     try:
-        return tx.load(path)
-    except (ValueError, OSError, KeyError) as e:
+        state = tx.load(path)
+    except (ValueError, OSError) as e:  # tx.LoadError is a ValueError
         raise RunError(f"checkpoint {path} is unreadable: {e}") from None
+    if not isinstance(state.get("weights"), dict):
+        raise RunError(f"checkpoint {path} is damaged: it holds no model weights")
+    return state
+
+
+def load_model(path: Path) -> Transformer:
+    """The model a checkpoint holds (its class name and config are saved beside the weights)."""
+    try:
+        return Transformer.from_state(load_checkpoint(path), path)
+    except (KeyError, TypeError, ValueError) as e:
+        raise RunError(f"{path} does not hold a usable model: {e}") from None
+
+
+def check_vocabularies(directory: Path, sizes: tuple[int, int], src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+    """The vocabularies must be the ones a model's embeddings and output were sized for (`sizes`)."""
+    if (len(src_vocab), len(tgt_vocab)) != tuple(sizes):
+        raise RunError(f"{directory / 'vocab.json'} does not fit the model: {len(src_vocab)} source and "
+                       f"{len(tgt_vocab)} target tokens, the model has {sizes[0]} and {sizes[1]}")
+
+
+def load_weights(module: tx.nn.Module, weights: dict, path: Path) -> None:
+    try:
+        module.load_state_dict(weights)
+    except (KeyError, ValueError, TypeError) as e:
+        raise RunError(f"{path} does not fit the model the run's settings build: {e}") from None
 
 
 def open_run(directory: str | Path, device: str = "cpu", which: str = "best") -> Run:
     """Rebuild the model of a run directory from its settings and its `which` checkpoint."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise RunError(f"run directory {directory} does not exist")
-    settings = read_json(directory / "run.json")
-    vocab = read_json(directory / "vocab.json")
+        raise RunError(f"run directory {directory} does not exist" if not directory.exists()
+                       else f"{directory} is a file, not a run directory")
+    run = read_run_json(directory)
+    src_vocab, tgt_vocab = read_vocabs(directory, run)
     path = directory / f"{which}.npz"
-    try:
-        model = Transformer.from_state(load_checkpoint(path), path)
-    except (KeyError, TypeError, ValueError) as e:
-        raise RunError(f"{path} does not hold a usable model: {e}") from None
+    model = load_model(path)
+    check_vocabularies(directory, (model.config.src_vocab, model.config.tgt_vocab), src_vocab, tgt_vocab)
     model.to(device).eval()
-    return Run(directory, settings, Vocab.from_dict(vocab["src"]), Vocab.from_dict(vocab["tgt"]), model)
+    return Run(directory, run, src_vocab, tgt_vocab, model)

@@ -15,9 +15,10 @@ directory; every rank reads it (on several hosts it must be on a shared file sys
 from __future__ import annotations
 
 import json
+import math
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +28,12 @@ import tinygrad_tx.distributed as dist
 import tinygrad_tx.functional as F
 from tinygrad_tx import optim
 
-from .data import PAD_ID, Batcher, Pair, Vocab, encode_pairs, read_tsv, split_pairs, tokenize
+from .data import LEVELS, PAD_ID, Batcher, Pair, Vocab, encode_pairs, read_tsv, split_pairs, tokenize
 from .evaluation import score, translate
 from .plots import plot_curves
-from .run import RunError, load_checkpoint, read_json, write_json, write_pairs
+from .run import (RunError, check_new_run_directory, check_vocabularies, fingerprint, load_checkpoint,
+                  load_weights, pairs_text, read_held_out, read_metrics, read_run_json, read_vocabs,
+                  write_run_files, write_text)
 from .tasks import TASKS, get_task
 from ..transformer import Transformer
 
@@ -56,6 +59,7 @@ class TrainSettings:
     seed: int = 0
     n_train: int = 20000
     n_held_out: int = 500
+    max_len: int = 200  # longest sentence, in tokens, to train on: longer pairs are left out
     eval_every: int = 500
     log_every: int = 10
     device: str = "cpu"
@@ -67,21 +71,62 @@ def run_directory(settings: TrainSettings) -> Path:
     return Path(settings.out or f"runs/{settings.task or Path(settings.data).stem}")
 
 
+FIXED_ON_RESUME = ("task", "data", "level", "seed", "n_train", "n_held_out", "max_len",
+                   "d_model", "heads", "layers", "d_ff")
+"""What a resumed run must keep: its data and its model (the rest, say --steps, may change)."""
+
+
 def settings_for(given: dict) -> TrainSettings:
-    """The settings of a run: for a new run, the task's defaults under what was given; with
-    `resume`, those saved in the run directory under what was given again (say, more steps)."""
+    """The settings of a run, all checked: for a new run, the task's defaults under what was
+    given; with `resume`, those saved in the run directory under what was given again (say,
+    more steps), refusing a change of data or model."""
+    if given.get("task") is not None and given.get("level") is not None:
+        raise ValueError(f"--level is for --data corpora; task {given['task']!r} has its own tokenisation")
+    if given.get("task") is not None:
+        get_task(given["task"])  # an unknown name is an error before anything else
     if not given.get("resume"):
         task_defaults = TASKS[given["task"]].defaults if given.get("task") in TASKS else {}
-        return TrainSettings(**{**task_defaults, **given})
+        settings = TrainSettings(**{**task_defaults, **given})
+        check_settings(settings)
+        return settings
     directory = run_directory(TrainSettings(**given))
-    saved = read_json(directory / "run.json")["settings"]
-    return TrainSettings(**{**saved, **given, "out": str(directory)})
+    saved = read_run_json(directory)["settings"]
+    unknown = set(saved) - {f.name for f in fields(TrainSettings)}
+    if unknown:
+        raise RunError(f"{directory / 'run.json'} is damaged: unknown settings {sorted(unknown)}")
+    for key in FIXED_ON_RESUME:
+        if key in given and given[key] != saved.get(key):
+            raise RunError(f"--resume: the run in {directory} was trained with {key} {saved.get(key)!r}, "
+                           f"not {given[key]!r}; a resumed run keeps its data and model")
+    settings = TrainSettings(**{**saved, **given, "out": str(directory)})
+    check_settings(settings)
+    return settings
+
+
+def check_settings(s: TrainSettings) -> None:
+    """Every setting in range, so that a bad one is one clear line before anything is written."""
+    if (s.task is None) == (s.data is None):
+        raise ValueError("train needs exactly one of --task NAME or --data pairs.tsv")
+    at_least_one = ("steps", "batch_size", "d_model", "heads", "layers", "d_ff", "n_train", "n_held_out",
+                    "max_len", "eval_every", "log_every")
+    for name in at_least_one:
+        value = getattr(s, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a whole number >= 1, not {value!r}")
+    if s.d_model % s.heads:
+        raise ValueError(f"--d-model {s.d_model} must be divisible by --heads {s.heads}")
+    checks = [("dropout", 0 <= s.dropout < 1, "in [0, 1)"), ("lr", math.isfinite(s.lr) and s.lr > 0, "> 0"),
+              ("warmup", s.warmup >= 0, ">= 0"), ("seed", s.seed >= 0, ">= 0"),
+              ("label_smoothing", 0 <= s.label_smoothing <= 1, "in [0, 1]"), ("level", s.level in LEVELS, f"one of {LEVELS}")]
+    for name, ok, wanted in checks:
+        if not ok:
+            raise ValueError(f"--{name.replace('_', '-')} must be {wanted}, not {getattr(s, name)!r}")
+    if s.out is not None and Path(s.out).exists() and not Path(s.out).is_dir():
+        raise ValueError(f"--out {s.out} is a file, not a directory")
 
 
 def load_pairs(settings: TrainSettings) -> tuple[dict[str, list[Pair]], str, str]:
     """Train/valid/test pairs and the source/target tokenisation levels."""
-    if (settings.task is None) == (settings.data is None):
-        raise ValueError("train needs exactly one of --task NAME or --data pairs.tsv")
     if settings.task is not None:
         task = get_task(settings.task)
         n = settings.n_held_out
@@ -89,8 +134,29 @@ def load_pairs(settings: TrainSettings) -> tuple[dict[str, list[Pair]], str, str
     return split_pairs(read_tsv(settings.data), settings.seed), settings.level, settings.level
 
 
+def within_length(splits: dict[str, list[Pair]], levels: tuple[str, str],
+                  max_len: int) -> tuple[dict[str, list[Pair]], int]:
+    """The splits without pairs of more than `max_len` tokens on either side, and how many went.
+
+    One very long line would otherwise set the model's maximum length, and every batch's
+    attention arrays would be sized for it."""
+    def fits(pair: Pair) -> bool:
+        return all(len(tokenize(text, level)) <= max_len for text, level in zip(pair, levels))
+
+    kept = {name: [p for p in pairs if fits(p)] for name, pairs in splits.items()}
+    dropped = sum(len(splits[name]) - len(kept[name]) for name in splits)
+    empty = [name for name, pairs in kept.items() if not pairs]
+    if empty:
+        raise ValueError(f"no {' or '.join(empty)} pair is at most --max-len {max_len} tokens long")
+    return kept, dropped
+
+
 class Trainer:
-    """One training run in one run directory."""
+    """One training run in one run directory.
+
+    A new run builds its vocabularies from the training pairs; a resumed one reads them,
+    and its held-out pairs, back from the run directory, after checking that the corpus
+    still gives the pairs it was trained on (`fingerprint`)."""
 
     def __init__(self, settings: TrainSettings):
         dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
@@ -98,11 +164,15 @@ class Trainer:
         self.s = settings
         self.dir = run_directory(settings)
         splits, self.src_level, self.tgt_level = load_pairs(settings)
+        levels = (self.src_level, self.tgt_level)
+        self.fingerprint = fingerprint(splits)
+        splits, self.dropped = within_length(splits, levels, settings.max_len)
+        if settings.resume:
+            self.src_vocab, self.tgt_vocab, splits = self._saved_data(splits)
+        else:
+            self.src_vocab, self.tgt_vocab = self._new_vocabs(splits["train"])
         self.train_pairs, self.valid_pairs, self.test_pairs = splits["train"], splits["valid"], splits["test"]
-        tokenized = [(tokenize(s, self.src_level), tokenize(t, self.tgt_level)) for s, t in self.train_pairs]
-        self.src_vocab = Vocab.build(s for s, _ in tokenized)
-        self.tgt_vocab = Vocab.build(t for _, t in tokenized)
-        longest = max(max(len(s), len(t)) for s, t in tokenized)
+        longest = max(len(tokenize(text, level)) for pair in self.train_pairs for text, level in zip(pair, levels))
         tx.manual_seed(settings.seed)
         self.model = Transformer(
             len(self.src_vocab), len(self.tgt_vocab), d_model=settings.d_model, num_heads=settings.heads,
@@ -117,24 +187,41 @@ class Trainer:
         self.batcher = Batcher(src_ids, tgt_ids, settings.batch_size, seed=settings.seed)
         self.step, self.best, self.warned_no_plot = 0, -1.0, False
 
+    def _new_vocabs(self, train_pairs: list[Pair]) -> tuple[Vocab, Vocab]:
+        return (Vocab.build(tokenize(s, self.src_level) for s, _ in train_pairs),
+                Vocab.build(tokenize(t, self.tgt_level) for _, t in train_pairs))
+
+    def _saved_data(self, splits: dict[str, list[Pair]]) -> tuple[Vocab, Vocab, dict[str, list[Pair]]]:
+        """Vocabularies and held-out pairs of the run being resumed, once its corpus is known to be
+        the same; training pairs whose source is held out are left out, so none can leak in."""
+        self.run_json = read_run_json(self.dir)
+        saved = self.run_json["corpus"].get("fingerprint")
+        if saved != self.fingerprint:
+            what = f"task {self.s.task!r}" if self.s.task else f"corpus {self.s.data}"
+            raise RunError(f"--resume: {what} does not give the pairs the run in {self.dir} was trained on "
+                           f"(fingerprint {self.fingerprint[:12]} now, {str(saved)[:12]} in run.json)")
+        src_vocab, tgt_vocab = read_vocabs(self.dir, self.run_json)
+        held_out = {name: read_held_out(self.dir, self.run_json, name) for name in ("valid", "test")}
+        sources = {s for pairs in held_out.values() for s, _ in pairs}
+        return src_vocab, tgt_vocab, {"train": [p for p in splits["train"] if p[0] not in sources], **held_out}
+
     # -- the run directory -------------------------------------------------------------
     def start(self) -> None:
         """Create the run directory, or, with --resume, restore the last checkpoint."""
         if self.s.resume:
             self.restore()
             return
-        if (self.dir / "last.npz").exists():
-            raise RunError(f"{self.dir} already holds a run; use --resume to continue it or --out for a new one")
+        check_new_run_directory(self.dir)
         if not self.main:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.dir / "run.json", {
-            "src_level": self.src_level, "tgt_level": self.tgt_level,
-            "settings": {k: v for k, v in asdict(self.s).items() if k != "resume"}})
-        write_json(self.dir / "vocab.json", {"src": self.src_vocab.to_dict(), "tgt": self.tgt_vocab.to_dict()})
-        write_pairs(self.dir / "valid.tsv", self.valid_pairs)
-        write_pairs(self.dir / "test.tsv", self.test_pairs)
-        (self.dir / "metrics.jsonl").write_text("")
+        vocab = {"src": self.src_vocab.to_dict(), "tgt": self.tgt_vocab.to_dict()}
+        write_run_files(self.dir, {
+            "src_level": self.src_level, "tgt_level": self.tgt_level, "corpus": {"fingerprint": self.fingerprint},
+            "settings": {k: v for k, v in asdict(self.s).items() if k != "resume"},
+        }, {"vocab.json": json.dumps(vocab, indent=2) + "\n", "valid.tsv": pairs_text(self.valid_pairs),
+            "test.tsv": pairs_text(self.test_pairs)})
+        write_text(self.dir / "metrics.jsonl", "")
 
     def save(self, name: str) -> None:
         """The model file (`Transformer.load` reads it) with the training state beside it."""
@@ -142,17 +229,25 @@ class Trainer:
                         schedule=self.schedule.state_dict(), step=self.step, best=self.best)
 
     def restore(self) -> None:
-        state = load_checkpoint(self.dir / "last.npz")
-        self.model.load_state_dict(state["weights"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
-        self.step, self.best = int(state["step"]), float(state["best"])
+        path = self.dir / "last.npz"
+        state = load_checkpoint(path)
+        config = state.get("config") if isinstance(state.get("config"), dict) else {}
+        check_vocabularies(self.dir, (config.get("src_vocab"), config.get("tgt_vocab")), self.src_vocab, self.tgt_vocab)
+        load_weights(self.model, state["weights"], path)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.schedule.load_state_dict(state["schedule"])
+            self.step, self.best = int(state["step"]), float(state["best"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise RunError(f"checkpoint {path} is damaged: {type(e).__name__} {e}") from None
+        if self.best >= 0 or (self.dir / "best.npz").exists():  # a validation ran: the final report needs it
+            load_checkpoint(self.dir / "best.npz")
         if not self.main:
             return
-        # forget what was logged after the checkpoint: those steps are about to run again
-        log = self.dir / "metrics.jsonl"
-        kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= self.step]
-        log.write_text("".join(line + "\n" for line in kept))
+        # forget what was logged after the checkpoint (those steps are about to run again) and
+        # any line a crash cut short
+        kept = [r for r in read_metrics(self.dir / "metrics.jsonl") if r["step"] <= self.step]
+        write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
 
     def log(self, record: dict) -> None:
         if not self.main:
