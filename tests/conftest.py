@@ -7,10 +7,19 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import tinygrad_tx as tx  # noqa: E402
 
 DEVICES = ["cpu", "strict", "cuda"]
+
+# Property-based tests (hypothesis): CI runs a bounded number of examples from a fixed seed, so a
+# run is fast and repeatable; `pytest --hypothesis-profile large tests/engine` searches far more.
+# The `device` and `torch` fixtures do not change between examples, so sharing them is safe.
+_shared = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", max_examples=25, derandomize=True, print_blob=True, **_shared)
+settings.register_profile("large", max_examples=2500, **_shared)
+settings.load_profile("ci")
 
 
 @pytest.fixture(params=DEVICES)
