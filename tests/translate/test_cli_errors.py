@@ -6,6 +6,7 @@ The commands run in this process (`cli.main`), which is much faster than a subpr
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -141,18 +142,20 @@ def test_resume_with_a_changed_corpus_is_refused(capsys, tmp_path):
     assert_one_line_error(code, err, "does not give the pairs", str(out))
 
 
-def test_resume_reads_vocabulary_and_held_out_pairs_from_the_run(trained, tmp_path):
+def test_resume_reads_vocabulary_and_held_out_pairs_from_the_run(capsys, trained, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(trained, run_dir)
-    # a held-out file shuffled by hand: the resumed run must take it as it is, not recompute it
-    test_lines = (run_dir / "test.tsv").read_text().splitlines()[::-1]
-    (run_dir / "test.tsv").write_text("".join(line + "\n" for line in test_lines))
     trainer = Trainer(settings_for({"task": "reverse", "out": str(run_dir), "resume": True}))
     vocab = json.loads((run_dir / "vocab.json").read_text())
     assert trainer.src_vocab.tokens == vocab["src"]["tokens"] and trainer.tgt_vocab.tokens == vocab["tgt"]["tokens"]
-    assert ["\t".join(p) for p in trainer.test_pairs] == test_lines
+    assert ["\t".join(p) for p in trainer.test_pairs] == (run_dir / "test.tsv").read_text().splitlines()
     held_out = {s for s, _ in trainer.test_pairs + trainer.valid_pairs}
     assert not held_out & {s for s, _ in trainer.train_pairs}
+    # a held-out file changed by hand is not taken as the run's: it is refused
+    lines = (run_dir / "test.tsv").read_text().splitlines()
+    (run_dir / "test.tsv").write_text("".join(line + "\n" for line in lines[::-1]))
+    code, _, err = run(capsys, "train", "--task", "reverse", "--out", str(run_dir), "--resume")
+    assert_one_line_error(code, err, "test.tsv", "edited")
 
 
 # -- [9] damaged run directories: one line naming the file ------------------------------------
@@ -176,6 +179,10 @@ def test_damaged_run_files_are_one_line(capsys, copy_of, name, content, words):
         data["tgt"]["tokens"] = data["tgt"]["tokens"][:-2]
         content = json.dumps(data)
     path.write_text(content)
+    if name == "vocab.json":  # a vocabulary whose checksum fits, so that its contents are what is checked
+        data = json.loads((run_dir / "run.json").read_text())
+        data["checksums"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (run_dir / "run.json").write_text(json.dumps(data))
     for command in (["evaluate"], ["translate", "abc"]):
         code, _, err = run(capsys, command[0], "--checkpoint", str(run_dir), *command[1:])
         assert_one_line_error(code, err, *words)
