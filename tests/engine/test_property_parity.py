@@ -101,7 +101,8 @@ def axes_for(ndim):
 REDUCTIONS = {
     "sum": (lambda x, a, k: x.sum(a, k), lambda x, a, k: x.sum(dim=a, keepdim=k) if a != () else x + 0),
     "mean": (lambda x, a, k: x.mean(a, k), lambda x, a, k: x.mean(dim=a, keepdim=k) if a != () else x + 0),
-    "max": (lambda x, a, k: x.max(a, k), lambda x, a, k: x.amax(dim=() if a is None else a, keepdim=k)),
+    "max": (lambda x, a, k: x.max(a, k), lambda x, a, k: x.amax(dim=() if a is None else a, keepdim=k)
+            if a != () else x + 0),  # PyTorch reads dim=() as "every axis", NumPy as "none"
     "var": (lambda x, a, k: x.var(a, k), lambda x, a, k: x.var(dim=a, keepdim=k, correction=0)
             if a != () else (x - x) * 0),
 }

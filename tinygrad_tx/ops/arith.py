@@ -70,7 +70,7 @@ class PowScalar(Function):
         c = self.exponent
         if c == 0:  # x ** 0 is constant; c · x^(c-1) would be 0 · inf = NaN at x = 0
             return (g * 0,)
-        return (g * c * x ** (c - 1),)
+        return (g * (c * x ** (c - 1)),)  # grouped as PyTorch does, so tiny c · inf stays inf
 
 
 class Pow(Function):
@@ -86,8 +86,8 @@ class Pow(Function):
 
     def backward(self, g, x, y):
         xp = self.xp
-        gx = xp.where(y == 0, 0, g * y * x ** (y - 1)) if self.needs_grad[0] else None
-        gy = xp.where((x == 0) & (y >= 0), 0, g * x ** y * xp.log(x)) if self.needs_grad[1] else None
+        gx = xp.where(y == 0, 0, g * (y * x ** (y - 1))) if self.needs_grad[0] else None
+        gy = xp.where((x == 0) & (y >= 0), 0, g * (x ** y * xp.log(x))) if self.needs_grad[1] else None
         return gx, gy
 
 
