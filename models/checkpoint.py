@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import tinygrad_tx as tx
+from tinygrad_tx.serialization import LoadError
 
 MODEL_KEYS = ("model", "config", "weights")
 
@@ -34,10 +35,13 @@ class Checkpointable:
     @classmethod
     def from_state(cls, state: dict, path: str | Path = "the checkpoint"):
         """The model a loaded checkpoint dict describes."""
-        if not isinstance(state, dict) or not set(MODEL_KEYS) <= state.keys():
-            raise ValueError(f"{path} is not a model saved by {cls.__name__}.save")
+        if not isinstance(state, dict) or not set(MODEL_KEYS) <= state.keys() or not isinstance(state["config"], dict):
+            raise LoadError(f"{path} is not a model saved by {cls.__name__}.save")
         if state["model"] != cls.__name__:
-            raise ValueError(f"{path} holds a {state['model']}, not a {cls.__name__}")
-        model = cls(**state["config"])
-        model.load_state_dict(state["weights"])
+            raise LoadError(f"{path} holds a {state['model']!r}, not a {cls.__name__}")
+        try:
+            model = cls(**state["config"])
+            model.load_state_dict(state["weights"])
+        except (TypeError, KeyError, ValueError, ZeroDivisionError) as e:  # one error type for a file that does not load
+            raise LoadError(f"{path}: the saved {cls.__name__} does not load ({type(e).__name__}: {e})") from None
         return model
