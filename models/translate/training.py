@@ -229,7 +229,6 @@ class Trainer:
                         schedule=self.schedule.state_dict(), step=self.step, best=self.best)
 
     def restore(self) -> None:
-        load_checkpoint(self.dir / "best.npz")  # written before any last.npz; the final report reads it
         path = self.dir / "last.npz"
         state = load_checkpoint(path)
         config = state.get("config") if isinstance(state.get("config"), dict) else {}
