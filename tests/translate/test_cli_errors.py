@@ -161,9 +161,9 @@ def test_resume_reads_vocabulary_and_held_out_pairs_from_the_run(capsys, trained
 # -- [9] damaged run directories: one line naming the file ------------------------------------
 
 @pytest.mark.parametrize("name, content, words", [
-    ("run.json", "{}", ["run.json", "'model'"]),
+    ("run.json", "{}", ["run.json", "'settings'"]),
     ("run.json", "[1, 2]", ["run.json", "list"]),
-    ("run.json", None, ["run.json", "Transformer"]),  # an unknown model option, set below
+    ("run.json", None, ["run.json", "src_level"]),  # an unknown tokenisation level, set below
     ("vocab.json", '{"tgt": {"tokens": []}}', ["vocab.json", "src"]),
     ("vocab.json", None, ["vocab.json", "does not fit the model"]),  # shortened, below
 ])
@@ -172,7 +172,7 @@ def test_damaged_run_files_are_one_line(capsys, copy_of, name, content, words):
     path = run_dir / name
     if content is None and name == "run.json":
         data = json.loads(path.read_text())
-        data["model"]["flux_capacitor"] = 3
+        data["src_level"] = "klingon"
         content = json.dumps(data)
     elif content is None:
         data = json.loads(path.read_text())
@@ -228,8 +228,9 @@ def test_overly_long_training_pairs_are_left_out(capsys, tmp_path):
                          "--max-len", "20")
     assert code == 0, err
     assert "left out 1 pairs longer than --max-len 20 tokens" in out
-    model = json.loads((tmp_path / "run" / "run.json").read_text())["model"]
-    assert model["max_len"] <= 2 * 20 + 16
+    import tinygrad_tx as tx
+
+    assert tx.load(tmp_path / "run" / "last.npz")["config"]["max_len"] <= 2 * 20 + 16
 
 
 # -- [15] every file of a run directory honours the umask -------------------------------------
@@ -266,3 +267,13 @@ def test_a_closed_pipe_ends_quietly():
     finally:
         os.close(write_end)
     assert result.stderr == "" and result.returncode == 1
+
+
+def test_a_checkpoint_of_an_unknown_model_is_one_line(capsys, copy_of):
+    import tinygrad_tx as tx
+
+    run_dir = copy_of()
+    state = tx.load(run_dir / "best.npz")
+    tx.save({**state, "model": "Klingon"}, run_dir / "best.npz")
+    code, _, err = run(capsys, "evaluate", "--checkpoint", str(run_dir))
+    assert_one_line_error(code, err, "best.npz", "Klingon")
