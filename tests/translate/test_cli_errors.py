@@ -78,6 +78,7 @@ def copy_of(trained, tmp_path):
     (["--d-model", "10", "--heads", "4"], ["divisible"]),
     (["--level", "char"], ["--level", "its own tokenisation"]),
     (["--max-len", "0"], ["--max-len"]),
+    (["--seed", "-1"], ["--seed"]),
 ])
 def test_bad_train_arguments_write_nothing(capsys, tmp_path, extra, words):
     out = tmp_path / "run"
