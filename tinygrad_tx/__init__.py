@@ -4,6 +4,7 @@ from .autograd import REGISTRY, enable_grad, grad, is_grad_enabled, no_grad
 from .backend import DeviceError, default_device, get_backend, manual_seed, set_device
 from .creation import arange, ones, randn, zeros
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from .jit import JitError, jit
 from .ops import cat, stack, where
 from .serialization import load, save
 from .tensor import Tensor
@@ -12,4 +13,4 @@ from . import functional, inspect, nn, optim
 __all__ = ["Tensor", "REGISTRY", "no_grad", "enable_grad", "is_grad_enabled", "grad", "DeviceError",
            "default_device", "get_backend", "manual_seed", "set_device", "zeros", "ones", "randn",
            "arange", "cat", "stack", "where", "gradcheck", "gradgradcheck", "GradcheckError", "functional", "nn",
-           "optim", "inspect", "save", "load"]
+           "optim", "inspect", "save", "load", "jit", "JitError"]

@@ -70,6 +70,7 @@ end) has been defined. That is the one import cycle of the engine.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import operator
 from time import perf_counter
@@ -360,7 +361,44 @@ def _watch_forward(fn: Function, inputs: Sequence["Tensor"], arrays: list, param
     recorded = _grad_enabled and any(t.requires_grad for t in inputs)
     for observer in tuple(_observers):
         observer.forward(fn, inputs, data, seconds, recorded)
+        observer.op(fn, inputs, params, data, recorded)
     return data
+
+
+def watch_walk(root: "Tensor", grad: "Tensor", retain_graph: bool, create_graph: bool,
+               inputs: Sequence["Tensor"] | None):
+    """`run_backward` between `backward_begin(root, grad, retain_graph, create_graph, inputs)`
+    and `backward_end()` shown to every observer: ops run inside it (a leaf's `.grad + g`)
+    belong to the walk, not to the program around it (what `tx.jit` needs to know)."""
+    for observer in tuple(_observers):
+        observer.backward_begin(root, grad, retain_graph, create_graph, inputs)
+    try:
+        return run_backward(root, grad, retain_graph, create_graph, inputs)
+    finally:
+        for observer in tuple(_observers):
+            observer.backward_end()
+
+
+def show_read(t: "Tensor") -> None:
+    """Show observers that a tensor's value is read on the host (`item()`, `numpy()`): Python
+    may branch on it, which a recording such as `tx.jit`'s cannot follow."""
+    for observer in tuple(_observers):
+        observer.read(t)
+
+
+def replayable(function):
+    """Mark a function that changes state outside the graph, on raw arrays (an optimizer's
+    `step` and `zero_grad`, `clip_grad_norm`), so that observers see each call as
+    `call(function, args, kwargs, result)`: `tx.jit` records it and calls it again at replay."""
+
+    @functools.wraps(function)
+    def announced(*args, **kwargs):
+        result = function(*args, **kwargs)
+        for observer in tuple(_observers):
+            observer.call(function, args, kwargs, result)
+        return result
+
+    return announced
 
 
 def _watch_backward(fn: Function, g: Any, create_graph: bool) -> tuple:

@@ -10,7 +10,9 @@ running averages). `step()` reads every parameter's `.grad` and changes its `.da
   allocates only short-lived temporaries, in the parameter's own dtype (Python-float
   scalars keep float32 arrays float32);
 - followed by `p.bump_version()`, so a graph that saved the old values refuses to
-  backpropagate through them instead of giving a silently wrong gradient.
+  backpropagate through them instead of giving a silently wrong gradient;
+- `replayable`: `tx.jit` records a call of `step`, `zero_grad` or `clip_grad_norm`
+  inside a jitted function and makes the same call at every replay.
 
 The update rules are PyTorch's, term for term, so a trajectory matches torch.optim to
 rounding error. One deliberate difference: Adam's step counter `t` counts `step()`
@@ -25,6 +27,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .autograd import replayable
 from .backend import backend_of
 from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
 from .tensor import Tensor
@@ -50,11 +53,13 @@ class Optimizer:
         self.t = 0  # number of step() calls so far
         self.state: dict[int, dict[str, Any]] = {}  # params[i] -> its arrays, made at its first update
 
+    @replayable
     def zero_grad(self) -> None:
         """Forget the gradients (None rather than zeros: nothing to add into, nothing to allocate)."""
         for p in self.params:
             p.grad = None
 
+    @replayable
     def step(self) -> None:
         """Update every parameter that has a gradient; those without one are left alone."""
         self.t += 1
@@ -237,6 +242,7 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
+@replayable
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:
     """Scale all gradients together so their global L2 norm is at most `max_norm`, as
     torch.nn.utils.clip_grad_norm_ does; returns the norm before clipping.

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from .autograd import replayable
+
 
 class LRSchedule:
     """The base: a subclass defines `lr_at(step)`; this class keeps the step and sets the rate."""
@@ -37,6 +39,7 @@ class LRSchedule:
         """The rate for the next optimizer step."""
         return self.lr_at(self.step_num)
 
+    @replayable
     def step(self) -> None:
         """Move to the next step; call it after `optimizer.step()`."""
         self.step_num += 1

@@ -5,6 +5,7 @@ Every method that computes something is one line that hands over to an op in
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any, Callable
 
@@ -86,11 +87,15 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A host (NumPy) copy of the data."""
+        if autograd._observers:
+            autograd.show_read(self)
         return np.array(self.backend.to_host(self.data), copy=True)
 
     def item(self) -> float | int:
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
+        if autograd._observers:
+            autograd.show_read(self)
         return self.data.item()
 
     def detach(self) -> "Tensor":
@@ -155,6 +160,8 @@ class Tensor:
             raise TypeError(f"backward(): a {grad.dtype} gradient for a {self.dtype} tensor; cast it with .astype()")
         if grad.shape != self.shape:
             raise RuntimeError(f"backward(): gradient of shape {grad.shape} for a tensor of shape {self.shape}")
+        if autograd._observers:
+            return autograd.watch_walk(self, grad, retain_graph, create_graph, inputs)
         return autograd.run_backward(self, grad, retain_graph, create_graph, inputs)
 
 
@@ -250,17 +257,16 @@ class Tensor:
 
     def __rpow__(self, base): return ops.Pow.apply(*reversed(self._pair(base, "pow")))
 
-    # comparisons give boolean tensors, outside the graph
+    # comparisons and boolean logic give boolean tensors, outside the graph
     def _compare(self, other, compare):
-        other = self._lift(other)
-        return Tensor._from_op(compare(self.data, other.data), self.backend)
+        return ops.Compare.apply(self.detach(), self._lift(other).detach(), operator=compare)
 
-    def __lt__(self, o): return self._compare(o, lambda a, b: a < b)
-    def __le__(self, o): return self._compare(o, lambda a, b: a <= b)
-    def __gt__(self, o): return self._compare(o, lambda a, b: a > b)
-    def __ge__(self, o): return self._compare(o, lambda a, b: a >= b)
-    def eq(self, o): return self._compare(o, lambda a, b: a == b)
-    def ne(self, o): return self._compare(o, lambda a, b: a != b)
+    def __lt__(self, o): return self._compare(o, operator.lt)
+    def __le__(self, o): return self._compare(o, operator.le)
+    def __gt__(self, o): return self._compare(o, operator.gt)
+    def __ge__(self, o): return self._compare(o, operator.ge)
+    def eq(self, o): return self._compare(o, operator.eq)
+    def ne(self, o): return self._compare(o, operator.ne)
 
     # `==` is elementwise, as in NumPy and PyTorch; hashing stays by identity, so tensors can
     # still be dict keys and set members. Other objects (None, strings) compare unequal.
@@ -271,10 +277,10 @@ class Tensor:
     def __invert__(self):
         if self.dtype != np.bool_:
             raise TypeError(f"~ needs a boolean tensor, not {self.dtype}")
-        return Tensor._from_op(~self.data, self.backend)
+        return ops.Compare.apply(self.detach(), operator=operator.invert)
 
-    def __and__(self, o): return self._compare(o, lambda a, b: a & b)
-    def __or__(self, o): return self._compare(o, lambda a, b: a | b)
+    def __and__(self, o): return self._compare(o, operator.and_)
+    def __or__(self, o): return self._compare(o, operator.or_)
 
     # -- elementwise functions ------------------------------------------------------------
     def exp(self): return ops.Exp.apply(self)

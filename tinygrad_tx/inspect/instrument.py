@@ -13,6 +13,13 @@ check and nothing else:
 - `tinygrad_tx.distributed.DataParallel` calls `collective(name, seconds)` for the
   time it spends starting and waiting for its all-reduces.
 
+Five more calls exist for instruments that re-run what they saw (`tx.jit`):
+`op(fn, inputs, params, output, recorded)` right after `forward`, with the op's
+keyword params; `backward_begin(root, grad, retain_graph, create_graph, inputs)`
+and `backward_end()` around each walk; `call(function, args, kwargs, result)`
+after a state change outside the graph (functions marked `autograd.replayable`,
+such as `optimizer.step`); `read(tensor)` when `item()` or `numpy()` reads a value.
+
 An instrument is a context manager that puts itself on that list for the
 duration of a `with` block; it overrides whichever of the two calls it needs.
 """
@@ -46,6 +53,22 @@ class Instrument:
 
     def collective(self, name: str, seconds: float) -> None:
         """Called when data parallelism spent `seconds` in communication (`name`: "all_reduce")."""
+
+    def op(self, fn: autograd.Function, inputs: tuple, params: dict, output: Any, recorded: bool) -> None:
+        """Called after each op's forward (after `forward`), with the op's keyword params."""
+
+    def backward_begin(self, root: Tensor, grad: Tensor, retain_graph: bool, create_graph: bool,
+                       inputs: Any) -> None:
+        """Called when a backward starts, before the walk."""
+
+    def backward_end(self) -> None:
+        """Called when that backward has finished (or failed)."""
+
+    def call(self, function: Any, args: tuple, kwargs: dict, result: Any) -> None:
+        """Called after a function marked `autograd.replayable` (an optimizer step) ran."""
+
+    def read(self, t: Tensor) -> None:
+        """Called when a tensor's value is read on the host (`item()`, `numpy()`)."""
 
 
 def raw(x: Any) -> Any:

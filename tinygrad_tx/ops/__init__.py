@@ -5,6 +5,6 @@ from .fused import LayerNorm, LogSoftmax, Softmax
 from .loss import CrossEntropy, cross_entropy
 from .nn import Dropout, Embedding, as_ids, dropout, embedding
 from .reduce import Expand, Max, Sum, normalize_axis
-from .select import Getitem, MaskedFill, ScatterAdd, Where, getitem, masked_fill, where
+from .select import Compare, Getitem, MaskedFill, ScatterAdd, Where, getitem, masked_fill, where
 from .shape import Cat, Reshape, Transpose, cat, stack
 from .unary import Abs, Exp, Gelu, Log, Relu, Sigmoid, Sqrt, Tanh

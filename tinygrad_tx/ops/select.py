@@ -133,6 +133,15 @@ def as_mask(mask: Any, backend: Backend, op: str) -> Any:
                         "(keep or block) differs between libraries") from None
 
 
+class Compare(Function, register=False):
+    """`a < b`, `a != b`, `a & b`, `~a`, ...: a boolean result with no gradient, so Tensor
+    applies it to detached inputs and no node is recorded. It is an op all the same, so that
+    instruments see masks being made from inputs (`tx.jit` replays them with new ids)."""
+
+    def forward(self, *arrays, operator):
+        return operator(*arrays)
+
+
 class MaskedFill(Function):
     """`value` where the mask is True, x elsewhere; no gradient flows to filled places."""
 

@@ -1,0 +1,200 @@
+"""tx.jit: a replayed step equals the eager step bit for bit, and the jit refuses what it cannot replay.
+
+The truth a replay is checked against is eager execution of the same function
+from the same seed (dropout included), and for gradients through a jitted
+function, finite differences (tx.gradcheck).
+"""
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from models import GPT, Transformer
+from tinygrad_tx import optim
+
+PAD = 0
+
+
+def batches(rng, shapes, vocab):
+    """(src, tgt_in, tgt_out) id batches with padded tails, one per (B, S, T) in `shapes`."""
+    out = []
+    for B, S, T in shapes:
+        src, tgt = rng.integers(1, vocab, (B, S)), rng.integers(1, vocab, (B, T + 1))
+        for row in range(0, B, 2):
+            src[row, rng.integers(1, S):] = PAD
+            tgt[row, rng.integers(2, T + 1):] = PAD
+        out.append((src, tgt[:, :-1], tgt[:, 1:]))
+    return out
+
+
+def transformer_run(device, data, use_jit):
+    """Losses and final parameters of Adam steps on `data`, from seed 0, with dropout."""
+    tx.manual_seed(0)
+    model = Transformer(13, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                        d_ff=32, dropout=0.2, max_len=16).to(device)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    params = model.parameters()
+
+    def step(src, tgt_in, tgt_out):
+        loss = F.cross_entropy(model(src, tgt_in), tgt_out, ignore_index=PAD, label_smoothing=0.1)
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm(params, 1.0)
+        opt.step()
+        return loss
+
+    run = tx.jit(step) if use_jit else step
+    losses = [run(*(tx.Tensor(a, device=device) for a in batch)).item() for batch in data]
+    return losses, [p.numpy() for p in params], run
+
+
+def gpt_run(device, data, use_jit):
+    tx.manual_seed(0)
+    model = GPT(13, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.2, max_len=16).to(device)
+    opt = optim.AdamW(model.parameters(), lr=1e-2)
+
+    def step(ids, targets):
+        loss = F.cross_entropy(model(ids), targets)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = tx.jit(step) if use_jit else step
+    losses = [run(tx.Tensor(ids, device=device), tx.Tensor(tgt, device=device)).item()
+              for _, ids, tgt in data]
+    return losses, [p.numpy() for p in model.parameters()], run
+
+
+@pytest.mark.parametrize("make", [transformer_run, gpt_run], ids=["Transformer", "GPT"])
+def test_50_adam_steps_replayed_equal_eager_exactly(device, make):
+    # two shapes, so the jit also switches between records; dropout 0.2 everywhere
+    data = batches(np.random.default_rng(1), [(4, 7, 6), (4, 7, 6), (3, 5, 8)] * 17, 13)[:50]
+    eager_losses, eager_params, _ = make(device, data, use_jit=False)
+    jit_losses, jit_params, run = make(device, data, use_jit=True)
+    assert (run.traces, run.replays) == (2, 48)
+    assert jit_losses == eager_losses
+    for a, b in zip(jit_params, eager_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_replays_dropout_with_fresh_masks():
+    x = tx.Tensor(np.ones((64,), np.float32))
+    drop = tx.jit(lambda x: F.dropout(x, 0.5))
+    first, second = drop(x).numpy(), drop(x).numpy()
+    assert drop.replays == 1 and not np.array_equal(first, second)
+
+
+def chain_step(x, w):
+    loss = ((x * w + x).tanh() * w).sum()
+    loss.backward()
+    return loss
+
+
+def test_new_shape_records_anew_and_old_shapes_replay(device):
+    step = tx.jit(chain_step)
+    for shape in [(2, 3), (2, 3), (4, 3), (2, 3), (4, 3)]:
+        x = tx.Tensor(np.random.default_rng(0).standard_normal(shape), requires_grad=True, device=device)
+        w = tx.Tensor(np.full(shape, 0.5), requires_grad=True, device=device)
+        xe, we = (tx.Tensor(t.numpy(), requires_grad=True, device=device) for t in (x, w))
+        assert step(x, w).item() == chain_step(xe, we).item()
+        np.testing.assert_array_equal(x.grad.numpy(), xe.grad.numpy())
+        np.testing.assert_array_equal(w.grad.numpy(), we.grad.numpy())
+    assert (step.traces, step.replays) == (2, 3)
+
+
+def test_least_recently_used_record_is_evicted():
+    step = tx.jit(chain_step, max_traces=2)
+
+    def call(n):
+        step(tx.Tensor(np.ones((n,)), requires_grad=True), tx.Tensor(np.ones((n,)), requires_grad=True))
+
+    for n in (1, 2, 1, 3):  # 2 is now the least recently used: evicted when 3 arrives
+        call(n)
+    assert len(step.tapes) == 2 and step.traces == 3
+    call(1)
+    assert step.traces == 3  # still recorded
+    call(2)
+    assert step.traces == 4  # evicted, so recorded again
+    assert step.memory() >= 0
+
+
+def test_gradient_accumulates_into_existing_grad_like_eager():
+    x = tx.Tensor(np.arange(4.0), requires_grad=True)
+    w = tx.Tensor(np.ones(4), requires_grad=True)
+    step = tx.jit(chain_step)
+    for _ in range(3):  # .grad is never zeroed: each call adds, the replays as well
+        step(x, w)
+    xe, we = tx.Tensor(np.arange(4.0), requires_grad=True), tx.Tensor(np.ones(4), requires_grad=True)
+    for _ in range(3):
+        chain_step(xe, we)
+    np.testing.assert_array_equal(x.grad.numpy(), xe.grad.numpy())
+
+
+def test_masks_made_from_input_ids_follow_each_call():
+    # the padding mask is made with Tensor ops from the ids, so a replay with other padding uses it
+    emb = tx.Tensor(np.random.default_rng(0).standard_normal((5, 3)), requires_grad=True)
+
+    def masked_sum(ids):
+        keep = ids.ne(PAD)
+        return F.embedding(ids, emb).sum(axis=-1).masked_fill(~keep, 0.0).sum()
+
+    f = tx.jit(masked_sum)
+    f(tx.Tensor(np.array([1, 2, 0])))
+    ids = np.array([0, 3, 4])
+    assert f(tx.Tensor(ids)).item() == pytest.approx(masked_sum(tx.Tensor(ids)).item(), abs=0)
+
+
+@pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: t.numpy(), lambda t: str(t)],
+                         ids=["item", "numpy", "print"])
+def test_control_flow_on_values_is_refused(read):
+    def step(x):
+        y = (x * 2).sum()
+        if read(y) > "" if isinstance(read(y), str) else read(y) > 0:
+            return y * 2
+        return y
+
+    with pytest.raises(tx.JitError, match="read .* while recording"):
+        tx.jit(step)(tx.Tensor(np.ones(3)))
+
+
+def test_arguments_the_jit_cannot_follow_are_refused():
+    with pytest.raises(tx.JitError, match="pass a Tensor"):
+        tx.jit(lambda x: x)(np.ones(3))
+    outside = tx.Tensor(np.ones(3), requires_grad=True) * 2  # a graph made outside the function
+    with pytest.raises(tx.JitError, match="outside the function"):
+        tx.jit(lambda x: (x * outside).sum().backward())(tx.Tensor(np.ones(3), requires_grad=True))
+
+
+def test_gradcheck_through_a_jitted_function(device):
+    w = tx.Tensor(np.random.default_rng(2).standard_normal((3, 2)), requires_grad=True, device=device)
+
+    def f(x):  # broadcast (bias) and fan-out (x used twice) inside
+        return (x @ w).tanh() * x.sum(axis=-1, keepdims=True) + w[0]
+
+    jitted = tx.jit(f)
+    x = tx.Tensor(np.random.default_rng(3).standard_normal((4, 3)), device=device)
+    jitted(x.astype(np.float64).requires_grad_())  # record; gradcheck's calls then replay
+    assert tx.gradcheck(jitted, [x])
+    assert jitted.replays > 0
+    assert jitted(x.astype(np.float64).requires_grad_()).grad_fn.name == "Replayed"
+
+
+def test_train_eval_mode_is_part_of_the_signature():
+    tx.manual_seed(0)
+    model = tx.nn.Sequential(tx.nn.Linear(4, 4), tx.nn.Dropout(0.5))
+    f = tx.jit(lambda x: model(x))
+    x = tx.Tensor(np.ones((2, 4), np.float32))
+    f(x)
+    model.eval()
+    np.testing.assert_array_equal(f(x).numpy(), model(x).numpy())  # no dropout: a second record
+    assert f.traces == 2
+
+
+def test_tape_prints_ops_and_the_backward_schedule():
+    step = tx.jit(chain_step)
+    x, w = tx.Tensor(np.ones(3), requires_grad=True), tx.Tensor(np.ones(3), requires_grad=True)
+    step(x, w)
+    text = str(step.tape(x, w))
+    assert "Mul" in text and "Tanh" in text and "backward from #4" in text
+    assert "leaf arg0" in text and "leaf arg1" in text
