@@ -1,13 +1,14 @@
-"""One Adam training step of the encoder-decoder Transformer: tinygrad_tx vs PyTorch eager.
+"""One Adam training step of the encoder-decoder Transformer: tinygrad_tx (eager and `tx.jit`) vs PyTorch eager.
 
 Both models have the same shape (embeddings, nn.Transformer-style layers with
 post-LN, output layer, dropout 0.1), get the same batch (padded, with a
 label-smoothed cross-entropy that ignores padding) and run alternately in one
 process; the median of several steps after warm-up is reported, with the
-ratio, the achieved matmul GFLOP/s as a fraction of this machine's measured
+ratios, the achieved matmul GFLOP/s as a fraction of this machine's measured
 sgemm rate, and (with --memory) the peak memory of each, each in a fresh process.
+"toy" is the size the translation tasks train at (d_model 64, batches of short sequences).
 
-    python benchmarks/train_step.py [--config S|M|both] [--steps 9] [--memory] [--device cpu|cuda]
+    python benchmarks/train_step.py [--config toy,S,M] [--steps 9] [--memory] [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import time
 import numpy as np
 
 CONFIGS = {
+    "toy": dict(d_model=64, heads=4, layers=2, d_ff=256, vocab=20, batch=64, length=12),
     "S": dict(d_model=128, heads=4, layers=2, d_ff=512, vocab=1000, batch=64, length=32),
     "M": dict(d_model=256, heads=8, layers=3, d_ff=1024, vocab=8000, batch=32, length=64),
 }
@@ -63,7 +65,7 @@ def sgemm_gflops(device: str) -> float:
     return 2 * 1024 ** 3 / min(times) / 1e9
 
 
-def ours(c: dict, device: str):
+def ours(c: dict, device: str, jit: bool = False):
     import tinygrad_tx as tx
     import tinygrad_tx.functional as F
     from models import Transformer
@@ -76,12 +78,19 @@ def ours(c: dict, device: str):
     src, tgt_in, tgt_out = make_batch(c)
     target = tx.Tensor(tgt_out, device=device)
 
-    def step() -> None:
+    src, tgt_in = tx.Tensor(src, device=device), tx.Tensor(tgt_in, device=device)
+
+    def train_step(src, tgt_in, target):
         loss = F.cross_entropy(model(src, tgt_in), target, ignore_index=PAD, label_smoothing=0.1)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        loss.item()  # waits for the GPU, so the time is the step's
+        return loss
+
+    run = tx.jit(train_step) if jit else train_step
+
+    def step() -> None:
+        run(src, tgt_in, target).item()  # waits for the GPU, so the time is the step's
 
     return step
 
@@ -117,8 +126,21 @@ def theirs(c: dict, device: str):
     return step
 
 
+FRAMEWORKS = {"torch": theirs, "tinygrad_tx": ours, "tinygrad_tx+jit": lambda c, device: ours(c, device, jit=True)}
+
+
+def set_threads(n: int) -> None:
+    """The same number of compute threads for both: NumPy's BLAS (threadpoolctl) and PyTorch."""
+    from threadpoolctl import threadpool_limits
+
+    import torch
+
+    threadpool_limits(n, user_api="blas")
+    torch.set_num_threads(n)
+
+
 def time_side_by_side(steps: dict, repeats: int, warmup: int = 2) -> dict:
-    """Median seconds per step for each framework, run alternately so both see the same machine."""
+    """Median seconds per step for each framework, run alternately so all see the same machine."""
     samples = {name: [] for name in steps}
     for i in range(warmup + repeats):
         for name, step in steps.items():
@@ -163,7 +185,7 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    step = (ours if framework == "tinygrad_tx" else theirs)(CONFIGS[config], device)
+    step = FRAMEWORKS[framework](CONFIGS[config], device)
     for _ in range(3):
         step()
     done.set()
@@ -173,30 +195,38 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="both", choices=["S", "M", "both"])
+    parser.add_argument("--config", default="toy,S,M", help="comma-separated, from: " + ", ".join(CONFIGS))
     parser.add_argument("--steps", type=int, default=9)
     parser.add_argument("--memory", action="store_true", help="also measure peak memory (fresh processes)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="BLAS threads for NumPy and intra-op threads for PyTorch (default 1: on a "
+                             "shared 2-core machine more threads spin against each other)")
     args = parser.parse_args()
+    set_threads(args.threads)
+    names = args.config.split(",")
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown config {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
     peak = sgemm_gflops(args.device)
     print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)")
     results = {}
-    for name in (["S", "M"] if args.config == "both" else [args.config]):
+    for name in names:
         c = CONFIGS[name]
-        t = time_side_by_side({"torch": theirs(c, args.device), "tinygrad_tx": ours(c, args.device)}, args.steps)
+        t = time_side_by_side({f: make(c, args.device) for f, make in FRAMEWORKS.items()}, args.steps)
         gflop = matmul_flops(c) / 1e9
-        row = {"torch_ms": 1e3 * t["torch"], "ours_ms": 1e3 * t["tinygrad_tx"],
-               "ratio": t["tinygrad_tx"] / t["torch"], "gflop": gflop,
-               "ours_gflops": gflop / t["tinygrad_tx"], "ours_of_peak": gflop / t["tinygrad_tx"] / peak,
-               "torch_gflops": gflop / t["torch"]}
-        print(f"{name}: torch {row['torch_ms']:.0f} ms/step, tinygrad_tx {row['ours_ms']:.0f} ms/step, "
-              f"ratio {row['ratio']:.2f}; {gflop:.1f} GFLOP of matmuls a step = {row['ours_gflops']:.0f} "
-              f"GFLOP/s ours ({100 * row['ours_of_peak']:.0f}% of sgemm), {row['torch_gflops']:.0f} torch")
+        row = {"torch_ms": 1e3 * t["torch"], "eager_ms": 1e3 * t["tinygrad_tx"], "jit_ms": 1e3 * t["tinygrad_tx+jit"],
+               "eager_ratio": t["tinygrad_tx"] / t["torch"], "jit_ratio": t["tinygrad_tx+jit"] / t["torch"],
+               "gflop": gflop, "jit_of_peak": gflop / t["tinygrad_tx+jit"] / peak}
+        print(f"{name}: torch {row['torch_ms']:.1f} ms/step; tinygrad_tx eager {row['eager_ms']:.1f} ms "
+              f"(ratio {row['eager_ratio']:.2f}), jit {row['jit_ms']:.1f} ms (ratio {row['jit_ratio']:.2f}); "
+              f"{gflop:.2f} GFLOP of matmuls a step, jit at {100 * row['jit_of_peak']:.0f}% of sgemm")
         if args.memory:
-            row["torch_mib"] = peak_memory(name, "torch", args.device)
-            row["ours_mib"] = peak_memory(name, "tinygrad_tx", args.device)
-            print(f"   peak memory added: torch {row['torch_mib']:.0f} MiB, tinygrad_tx {row['ours_mib']:.0f} MiB, "
-                  f"ratio {row['ours_mib'] / row['torch_mib']:.2f}")
+            for f in FRAMEWORKS:
+                row[f + "_mib"] = peak_memory(name, f, args.device)
+            print(f"   peak memory added: torch {row['torch_mib']:.0f} MiB, tinygrad_tx eager "
+                  f"{row['tinygrad_tx_mib']:.0f} MiB (ratio {row['tinygrad_tx_mib'] / row['torch_mib']:.2f}), "
+                  f"jit {row['tinygrad_tx+jit_mib']:.0f} MiB (ratio {row['tinygrad_tx+jit_mib'] / row['torch_mib']:.2f})")
         results[name] = row
     print(json.dumps(results))
 

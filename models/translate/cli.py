@@ -66,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
         train.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
                            help=f"default: {getattr(defaults, name)} (tasks may set their own)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.add_argument("--no-jit", dest="jit", action="store_false", default=None,
+                       help="run every training step eagerly instead of replaying it with tx.jit")
     train.set_defaults(run=run_train)
 
     evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")

@@ -180,9 +180,11 @@ def encode_pairs(pairs: Iterable[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
 
 # --- batching --------------------------------------------------------------
 
-def pad(seqs: list[list[int]], pad_id: int = PAD_ID) -> np.ndarray:
-    """Stack sequences into an int64 (len(seqs), longest) array, padding on the right."""
-    out = np.full((len(seqs), max(map(len, seqs), default=0)), pad_id, dtype=np.int64)
+def pad(seqs: list[list[int]], pad_id: int = PAD_ID, multiple: int = 1) -> np.ndarray:
+    """Stack sequences into an int64 (len(seqs), longest) array, padding on the right; with
+    `multiple`, the length is rounded up to a multiple of it (a few shapes for `tx.jit`)."""
+    longest = max(map(len, seqs), default=0)
+    out = np.full((len(seqs), -(-longest // multiple) * multiple), pad_id, dtype=np.int64)
     for row, seq in enumerate(seqs):
         out[row, :len(seq)] = seq
     return out
@@ -200,10 +202,14 @@ class Batcher:
     The randomness of epoch `e` comes only from (seed, e), so a run resumed
     at epoch `e` sees exactly the batches an uninterrupted run would.  With
     `seed=None` every call draws fresh randomness instead.
+
+    `length_multiple` pads every batch to a length that is a multiple of it: a
+    little wasted compute, in exchange for a handful of shapes, each of which a
+    jitted training step records once and then replays.
     """
 
     def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], batch_size: int,
-                 seed: int | None = 0, shuffle: bool = True, chunk_batches: int = 50):
+                 seed: int | None = 0, shuffle: bool = True, chunk_batches: int = 50, length_multiple: int = 1):
         if len(src_ids) != len(tgt_ids):
             raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
         if not src_ids:
@@ -213,6 +219,7 @@ class Batcher:
         self.src_ids, self.tgt_ids = src_ids, tgt_ids
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.chunk_size = chunk_batches * batch_size
+        self.length_multiple = length_multiple
 
     def __len__(self) -> int:
         """Batches per epoch (only the very last batch may be smaller)."""
@@ -232,8 +239,9 @@ class Batcher:
             empty = len(rows) == 0
             rows = index[:1] if empty else rows
             targets = [self.tgt_ids[i] for i in rows]
-            tgt_out = pad([t + [EOS_ID] for t in targets])
-            yield (pad([self.src_ids[i] for i in rows]), pad([[BOS_ID] + t for t in targets]),
+            m = self.length_multiple
+            tgt_out = pad([t + [EOS_ID] for t in targets], multiple=m)
+            yield (pad([self.src_ids[i] for i in rows], multiple=m), pad([[BOS_ID] + t for t in targets], multiple=m),
                    np.full_like(tgt_out, PAD_ID) if empty else tgt_out)
 
     def batch_indices(self, epoch: int = 0) -> list[np.ndarray]:

@@ -1,5 +1,13 @@
 """Training a translation model on a toy task or a TSV corpus, with checkpoints that resume exactly.
 
+The training step (forward, loss, backward, clipping, Adam) runs under `tx.jit`
+unless `--no-jit`: each batch shape is recorded once and every other step of
+that shape replays on raw arrays. The batcher's length buckets already give few
+shapes (2 to 22 an epoch on the built-in tasks), and padding further costs more
+than replaying saves (multiples of 8 add 40-50% tokens on the toy tasks), so
+lengths are padded only as far as needed to fit an epoch's shapes in the jit's
+cache (`length_multiple`).
+
 A run is deterministic given its seed: the data split, the initial weights, the
 batch order (a function of seed and epoch) and dropout (the device's generator is
 reseeded from seed and step before every step, so no generator state needs saving,
@@ -63,7 +71,11 @@ class TrainSettings:
     eval_every: int = 500
     log_every: int = 10
     device: str = "cpu"
+    jit: bool = True  # record the training step once per batch shape and replay it (tx.jit)
     resume: bool = False
+
+
+JIT_SHAPES = 32  # records the jitted step keeps (least recently used evicted)
 
 
 def run_directory(settings: TrainSettings) -> Path:
@@ -151,6 +163,21 @@ def within_length(splits: dict[str, list[Pair]], levels: tuple[str, str],
     return kept, dropped
 
 
+def length_multiple(batcher: Batcher, max_shapes: int) -> int:
+    """The smallest padding multiple (1, 2, 4, ...) that gives an epoch at most `max_shapes`
+    batch shapes (batch size, source length, target length)."""
+    src_len = [len(s) for s in batcher.src_ids]
+    tgt_len = [len(t) + 1 for t in batcher.tgt_ids]  # BOS or EOS added
+    indices = batcher.batch_indices(0)
+    multiple = 1
+    while True:
+        shapes = {(len(i), -(-max(src_len[k] for k in i) // multiple), -(-max(tgt_len[k] for k in i) // multiple))
+                  for i in indices}
+        if len(shapes) <= max_shapes:
+            return multiple
+        multiple *= 2
+
+
 class Trainer:
     """One training run in one run directory.
 
@@ -185,6 +212,10 @@ class Trainer:
         src_ids, tgt_ids = encode_pairs(self.train_pairs, self.src_vocab, self.tgt_vocab,
                                         self.src_level, self.tgt_level)
         self.batcher = Batcher(src_ids, tgt_ids, settings.batch_size, seed=settings.seed)
+        # data parallelism all-reduces from gradient hooks during backward, which a replay skips
+        self.jit = settings.jit and dist.world_size() == 1
+        if self.jit:
+            self.batcher.length_multiple = length_multiple(self.batcher, JIT_SHAPES)
         self.step, self.best, self.warned_no_plot = 0, -1.0, False
 
     def _new_vocabs(self, train_pairs: list[Pair]) -> tuple[Vocab, Vocab]:
@@ -275,9 +306,25 @@ class Trainer:
         finally:
             signal.signal(signal.SIGINT, previous)
 
+    def train_step(self):
+        """One step as a function of the batch's id Tensors and its real-token count (a Tensor, so
+        that it is data, not part of the jit's signature), returning the loss: jitted unless --no-jit."""
+        params = self.model.parameters()
+
+        def step(src: tx.Tensor, tgt_in: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor) -> tx.Tensor:
+            logits = self.model(src, tgt_in)  # (B, T, V)
+            loss = self.loss(logits, tgt_out, n_tokens)
+            self.optimizer.zero_grad()
+            loss.backward()
+            optim.clip_grad_norm(params, 1.0)
+            self.optimizer.step()
+            return loss
+
+        return tx.jit(step, max_traces=JIT_SHAPES) if self.jit else step
+
     def _loop(self, progress, stop) -> str:
         self.model.train()
-        params = self.model.parameters()
+        step = self.train_step()
         device = tx.get_backend(self.s.device)
         tokens, started = 0, time.perf_counter()
         for src, tgt_in, tgt_out in self.batches():
@@ -291,12 +338,8 @@ class Trainer:
                 return "interrupted"
             # dropout masks depend on (seed, step) only, and differ between ranks
             device.seed((self.s.seed * 1_000_003 + self.step) * dist.world_size() + dist.rank())
-            logits = self.model(src, tgt_in)  # (B, T, V)
-            loss = self.loss(logits, tgt_out, int(n_tokens))
-            self.optimizer.zero_grad()
-            loss.backward()
-            optim.clip_grad_norm(params, 1.0)
-            self.optimizer.step()
+            batch = (tx.Tensor(ids, device=self.s.device) for ids in (src, tgt_in, tgt_out))
+            loss = step(*batch, tx.Tensor(np.float32(n_tokens), device=self.s.device))
             self.schedule.step()
             self.step += 1
             tokens += int(n_tokens)
@@ -311,7 +354,7 @@ class Trainer:
                 self.validate(progress)
         return "done"
 
-    def loss(self, logits: tx.Tensor, tgt_out, n_tokens: int) -> tx.Tensor:
+    def loss(self, logits: tx.Tensor, tgt_out, n_tokens: tx.Tensor) -> tx.Tensor:
         """The mean cross-entropy per real (non-padding) token of the whole global batch.
 
         `n_tokens` counts the real tokens of the batch on all ranks together. Each rank

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tinygrad_tx as tx
+from models.translate.cli import parser as cli_parser
 from models.translate.run import open_run
 from models.translate.training import Trainer, TrainSettings, settings_for
 
@@ -23,6 +24,14 @@ def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "models", *args], capture_output=True, text=True,
                           input=stdin, env=env, cwd=REPO, timeout=300)
+
+
+class Quiet:
+    """A progress bar that shows nothing (Trainer.train takes tqdm's interface)."""
+
+    def update(self, n): pass
+    def set_postfix(self, **kw): pass
+    def write(self, text): pass
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +149,6 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
                              d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16,
                              n_held_out=20, dropout=0.2, device=device)
 
-    class Quiet:
-        def update(self, n): pass
-        def set_postfix(self, **kw): pass
-        def write(self, text): pass
-
     def losses(out):
         return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
                 if "loss" in json.loads(line)]
@@ -171,6 +175,26 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
     pairs = run.held_out("test")
     outputs = translate(run.model, [s for s, _ in pairs], run.src_vocab, run.tgt_vocab, run.levels)
     assert score(outputs, [t for _, t in pairs], run.levels[1])["exact_match"] == pytest.approx(report["exact_match"])
+
+
+def test_jitted_training_equals_eager_training(tmp_path):
+    """The default (tx.jit) and --no-jit train the same model: same losses, same weights, dropout on."""
+    def run(jit):
+        settings = TrainSettings(task="reverse", out=str(tmp_path / str(jit)), steps=30, eval_every=1000,
+                                 log_every=1, d_model=16, heads=2, layers=1, d_ff=32, n_train=200,
+                                 batch_size=16, n_held_out=20, dropout=0.2, jit=jit)
+        trainer = Trainer(settings)
+        trainer.start()
+        trainer.train(Quiet())
+        lines = (tmp_path / str(jit) / "metrics.jsonl").read_text().splitlines()
+        losses = [json.loads(line)["loss"] for line in lines if "loss" in json.loads(line)]
+        return losses, [p.numpy() for p in trainer.model.parameters()]
+
+    (jit_losses, jit_params), (eager_losses, eager_params) = run(True), run(False)
+    assert jit_losses == eager_losses and len(jit_losses) == 30
+    for a, b in zip(jit_params, eager_params):
+        np.testing.assert_array_equal(a, b)
+    assert cli_parser().parse_args(["train", "--task", "copy", "--no-jit"]).jit is False
 
 
 def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
