@@ -2,7 +2,8 @@
 
 At this size the arithmetic is nothing; what is measured is the Python and
 bookkeeping cost each framework pays per op: creating a node, walking the graph,
-accumulating gradients. Both frameworks run in the same process, alternately.
+accumulating gradients. tinygrad_tx runs eagerly and under `tx.jit` (the chain
+recorded once, then replayed on raw arrays); all run in the same process.
 
     python benchmarks/op_overhead.py [--ops 300] [--repeats 30]
 """
@@ -25,17 +26,40 @@ def chain(x, w, n_ops: int):
     return y.sum()
 
 
-def time_per_op(make_inputs, n_ops: int, repeats: int) -> float:
+def time_per_op(make_inputs, n_ops: int, repeats: int, step=None) -> float:
     """Median µs per op (forward + backward) over `repeats` runs, after one warm-up."""
+    step = step or (lambda x, w: chain(x, w, n_ops).backward())
     samples = []
     for r in range(repeats + 1):
         x, w = make_inputs()
         start = time.perf_counter()
-        chain(x, w, n_ops).backward()
+        step(x, w)
         elapsed = time.perf_counter() - start
         if r:
             samples.append(elapsed)
     return statistics.median(samples) / (n_ops // 3 * 3 + 1) * 1e6
+
+
+def measure(n_ops: int = 300, repeats: int = 30, device: str = "cpu") -> dict:
+    """µs per op for tinygrad_tx eager, tinygrad_tx under tx.jit and (if installed) PyTorch eager."""
+    rng = np.random.default_rng(0)
+    x0, w0 = rng.standard_normal((8, 8), dtype=np.float32), rng.standard_normal((8, 8), dtype=np.float32) * 0.5
+
+    def ours():
+        return (tx.Tensor(x0, requires_grad=True, device=device), tx.Tensor(w0, requires_grad=True, device=device))
+
+    results = {"tinygrad_tx": time_per_op(ours, n_ops, repeats),
+               "tinygrad_tx+jit": time_per_op(ours, n_ops, repeats, tx.jit(lambda x, w: chain(x, w, n_ops).backward()))}
+    try:
+        import torch
+    except ImportError:
+        return results
+
+    def theirs():
+        return (torch.tensor(x0, requires_grad=True, device=device), torch.tensor(w0, requires_grad=True, device=device))
+
+    results["torch"] = time_per_op(theirs, n_ops, repeats)
+    return results
 
 
 def main() -> None:
@@ -44,30 +68,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    x0, w0 = rng.standard_normal((8, 8), dtype=np.float32), rng.standard_normal((8, 8), dtype=np.float32) * 0.5
-
-    def ours():
-        return (tx.Tensor(x0, requires_grad=True, device=args.device),
-                tx.Tensor(w0, requires_grad=True, device=args.device))
-
-    results = {"tinygrad_tx": time_per_op(ours, args.ops, args.repeats)}
-    try:
-        import torch
-
-        device = "cuda" if args.device == "cuda" else "cpu"
-
-        def theirs():
-            return (torch.tensor(x0, requires_grad=True, device=device),
-                    torch.tensor(w0, requires_grad=True, device=device))
-
-        results["torch"] = time_per_op(theirs, args.ops, args.repeats)
-    except ImportError:
+    results = measure(args.ops, args.repeats, args.device)
+    if "torch" not in results:
         print("torch is not installed: only tinygrad_tx was measured")
     for name, us in results.items():
-        print(f"{name:12s} {us:6.2f} µs per op (forward + backward)")
+        print(f"{name:16s} {us:6.2f} µs per op (forward + backward)")
     if "torch" in results:
-        print(f"ratio tinygrad_tx / torch = {results['tinygrad_tx'] / results['torch']:.2f}  (target ≤ 0.5)")
+        for name in ("tinygrad_tx", "tinygrad_tx+jit"):
+            print(f"ratio {name} / torch = {results[name] / results['torch']:.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ process; the median of several steps after warm-up is reported, with the
 ratios, the achieved matmul GFLOP/s as a fraction of this machine's measured
 sgemm rate, and (with --memory) the peak memory of each, each in a fresh process.
 "toy" is the size the translation tasks train at (d_model 64, batches of short sequences).
+The first row is the per-op overhead of `op_overhead.py`, so one run prints every row.
 
     python benchmarks/train_step.py [--config toy,S,M] [--steps 9] [--memory] [--device cpu|cuda]
 """
@@ -21,6 +22,8 @@ import sys
 import time
 
 import numpy as np
+
+import op_overhead
 
 CONFIGS = {
     "toy": dict(d_model=64, heads=4, layers=2, d_ff=256, vocab=20, batch=64, length=12),
@@ -210,7 +213,11 @@ def main() -> None:
         parser.error(f"unknown config {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
     peak = sgemm_gflops(args.device)
     print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)")
-    results = {}
+    results = {"op": op_overhead.measure(device=args.device)}
+    op = results["op"]
+    print(f"small op 8x8, forward + backward: torch {op['torch']:.2f} µs; tinygrad_tx eager {op['tinygrad_tx']:.2f} µs "
+          f"(ratio {op['tinygrad_tx'] / op['torch']:.2f}), jit {op['tinygrad_tx+jit']:.2f} µs "
+          f"(ratio {op['tinygrad_tx+jit'] / op['torch']:.2f})")
     for name in names:
         c = CONFIGS[name]
         t = time_side_by_side({f: make(c, args.device) for f, make in FRAMEWORKS.items()}, args.steps)

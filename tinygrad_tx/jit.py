@@ -345,9 +345,9 @@ class Tape:
         names = self.slot_names
         recorded = sum(op.recorded for op in self.ops)
         backwards = [s for s in self.program if type(s) is Backward]
-        lines = [f"Tape: {len(self.args)} argument arrays, {len(self.captured)} captured tensors, "
+        lines = [f"Tape: {len(self.args)} argument array(s), {len(self.captured)} captured tensor(s), "
                  f"{self.nbytes()} bytes of constants; {len(self.ops)} ops "
-                 f"({recorded} recorded for backward), {len(backwards)} backward, {self.calls} calls"]
+                 f"({recorded} recorded for backward), {len(backwards)} backward, {self.calls} call(s)"]
         for step in self.program:
             if type(step) is list:
                 for op in step:
@@ -378,7 +378,9 @@ class Tape:
 
     def _leaf_name(self, k: int) -> str:
         kind, ref = self.leaves[k]
-        return f"arg{ref}" if kind == "arg" else (ref.name or f"{tuple(ref.shape)}")
+        if kind == "arg":
+            return f"arg{ref}"
+        return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
 
 
 def _forward(ops: list, values: list, fns: list, keep: bool) -> None:

@@ -128,6 +128,8 @@ class Tensor:
         if self.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use .any() or .all() on its .numpy(), or compare one element")
+        if autograd._observers:
+            autograd.show_read(self)
         return bool(self.data.reshape(()).item())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -136,6 +138,8 @@ class Tensor:
         if self.backend.name != "cpu":
             raise TypeError(f"a {self.device} tensor is not converted to a NumPy array implicitly; "
                             "use .numpy()")
+        if autograd._observers:
+            autograd.show_read(self)
         return np.array(self.data, dtype=dtype, copy=True) if copy else np.asarray(self.data, dtype=dtype)
 
     # -- autograd --------------------------------------------------------------------

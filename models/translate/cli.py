@@ -21,6 +21,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from threadpoolctl import threadpool_limits
+
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 
@@ -36,6 +38,7 @@ USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, Fi
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    threadpool_limits(args.threads, user_api="blas")
     try:
         if args.command == "train":
             dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
@@ -87,7 +90,18 @@ def parser() -> argparse.ArgumentParser:
     tasks.set_defaults(run=run_tasks)
     for command in (train, evaluate, tr, tasks):
         command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
+        command.add_argument("--threads", type=positive, default=1,
+                             help="BLAS threads (default 1: two processes with 2 threads each on 2 cores "
+                                  "spin against each other and each step gets 10-20x slower; "
+                                  "see benchmarks/threads.py)")
     return p
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def run_train(args: argparse.Namespace) -> None:
