@@ -1,7 +1,7 @@
 """`tx.jit`: run a step once, record what the engine did, replay the record on raw arrays.
 
     step = tx.jit(train_step)            # train_step(src, tgt_in, tgt_out) -> loss
-    loss = step(src, tgt_in, tgt_out)    # first call with these shapes: eager, and recorded
+    loss = step(src, tgt_in, tgt_out)    # first two calls with these shapes: eager, and recorded
     loss = step(src, tgt_in, tgt_out)    # every later call: the record, replayed
     print(step.tape(src, tgt_in, tgt_out))   # what was recorded
 
@@ -14,8 +14,9 @@ and dtype check per gradient, a dictionary of pending gradients. Yet for one
 train/eval mode, which captured tensors require grad) that bookkeeping comes out
 the same at every call. So the first call runs eagerly while an instrument (the
 engine's observer list, the one `tx.inspect` uses) writes down everything it
-sees, and later calls run only the arithmetic. What the instrument sees is
-exactly what this file can replay:
+sees, the second call does the same and must write down the same program, and
+later calls run only the arithmetic. What the instrument sees is exactly what
+this file can replay:
 
 - each op's forward (`op`): its Function class, its params, and where each input
   comes from: a *slot* written by an earlier op, an argument, a captured tensor
@@ -40,11 +41,13 @@ run equals an eager one bit for bit.
 What it cannot see (the limits, as with tinygrad's TinyJit)
 ===========================================================
 - Python branching on tensor values: a record holds one path. `item()`,
-  `numpy()` or printing a traced tensor while recording raises `JitError`; a
-  branch on raw `.data` goes unnoticed, so do not write one in a jitted function.
-- Arrays computed outside ops (raw NumPy/CuPy on `.data`) are constants of the
-  record. Masks and ids made with Tensor operations (`ids.ne(pad)`, `&`) are ops
-  and are replayed.
+  `numpy()`, `if t:` or printing a traced tensor while recording raises
+  `JitError`. A branch on raw `.data` is caught only if the two recordings of a
+  signature took different paths (then `JitError`); otherwise it goes unnoticed.
+- Arrays computed outside ops (raw NumPy/CuPy on `.data`) and handed to an op
+  are constants of the record; if the two recordings got different values,
+  `JitError` says so. Masks and ids made with Tensor operations (`ids.ne(pad)`,
+  `&`) are ops, and are replayed with each call's values.
 - Arguments: Tensors (and lists, tuples, dicts of them) are the inputs; a NumPy
   array is refused (wrap it in a Tensor); a Python number or string is part of
   the signature, so a new value records anew (keep changing numbers such as the
@@ -58,8 +61,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (and `tx.gradcheck`) work through a jitted function.
 - Instruments active during a replay see nothing of it: they saw the recording.
 
-Records are kept per signature, least recently used evicted beyond
-`max_traces`; `jitted.memory()` counts the bytes they hold (their constants:
+Recording twice is TinyJit's rhythm too (it runs once plain, captures on the
+second call), here used to compare. Records are kept per signature, least
+recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes they hold (their constants:
 a record holds no activations between calls).
 """
 from __future__ import annotations
@@ -72,6 +76,7 @@ import numpy as np
 
 from . import autograd
 from .autograd import OnceDifferentiable, _Sink, sum_to
+from .backend import backend_of
 from .inspect.instrument import Instrument, describe
 from .nn import Module
 from .nn.hooks import GLOBAL_HOOKS
@@ -103,11 +108,15 @@ class Jitted:
         tensors: list[Tensor] = []
         key = self._key(args, kwargs, tensors)
         tape = self.tapes.get(key)
-        if tape is not None and tape.still_valid():
+        if tape is not None and tape.confirmed and tape.still_valid():
             self.tapes.move_to_end(key)
             self.replays += 1
             return tape.replay(tensors)
+        first = tape if tape is not None and tape.still_valid() else None
         tape, result = _record(self.fn, args, kwargs, tensors, self._modules)
+        if first is not None:  # the second recording of this signature: both must agree
+            _check_same(first, tape)
+            tape.confirmed = True
         self.tapes[key] = tape
         self.tapes.move_to_end(key)
         while len(self.tapes) > self.max_traces:
@@ -229,6 +238,7 @@ class Tape:
         self.differentiable: tuple | None = None  # (slot, nodes) when the result is differentiated outside
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
+        self.confirmed = False  # recorded twice with the same result: replayed from now on
 
     # -- replay ----------------------------------------------------------------------------
     def still_valid(self) -> bool:
@@ -439,6 +449,40 @@ class Replayed(OnceDifferentiable, register=False):
 
     def backward(self, g, *leaf_arrays):
         return self.tape.backward_to_leaves(g, self.values, self.fns)
+
+
+# -- recording twice ---------------------------------------------------------------------------
+
+def _check_same(first: Tape, second: Tape) -> None:
+    """Refuse a function whose two recordings of one signature differ: its Python took another
+    path (it branched on values), or an op got an array computed outside ops from the inputs."""
+    a_steps = [("ops", len(s)) if type(s) is list else type(s).__name__ for s in first.program]
+    b_steps = [("ops", len(s)) if type(s) is list else type(s).__name__ for s in second.program]
+    if a_steps != b_steps or len(first.ops) != len(second.ops):
+        raise JitError("jit: two calls with the same signature ran different ops; the function's Python "
+                       "depends on tensor values (a branch on .data?), which a replay cannot follow")
+    for a, b in zip(first.ops, second.ops):
+        where = f"op #{a.index} ({a.cls.__name__})"
+        if a.cls is not b.cls or a.ins != b.ins or a.params.keys() != b.params.keys() or a.dynamic != b.dynamic:
+            raise JitError(f"jit: two calls with the same signature ran different ops (at {where}); the "
+                           "function's Python depends on tensor values, which a replay cannot follow")
+        bound = {name for name, _ in a.dynamic or ()}  # made by an op or an argument: replayed anyway
+        for name, value in a.params.items():
+            if name not in bound and not _same_value(value, b.params[name]):
+                raise JitError(f"jit: the {name!r} of {where} differed between two calls with the same "
+                               "signature: a value computed outside ops from the inputs (raw .data), which "
+                               "a replay would keep fixed. Compute it with Tensor operations")
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if hasattr(a, "shape") and hasattr(b, "shape"):
+        return (a.shape == b.shape and a.dtype == b.dtype
+                and bool(np.array_equal(backend_of(a).to_host(a), backend_of(b).to_host(b))))
+    return type(a) is type(b) and a == b
 
 
 # -- recording -------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_50_adam_steps_replayed_equal_eager_exactly(device, make):
     data = batches(np.random.default_rng(1), [(4, 7, 6), (4, 7, 6), (3, 5, 8)] * 17, 13)[:50]
     eager_losses, eager_params, _ = make(device, data, use_jit=False)
     jit_losses, jit_params, run = make(device, data, use_jit=True)
-    assert (run.traces, run.replays) == (2, 48)
+    assert (run.traces, run.replays) == (4, 46)  # each shape recorded twice, then replayed
     assert jit_losses == eager_losses
     for a, b in zip(jit_params, eager_params):
         np.testing.assert_array_equal(a, b)
@@ -81,8 +81,9 @@ def test_50_adam_steps_replayed_equal_eager_exactly(device, make):
 def test_replays_dropout_with_fresh_masks():
     x = tx.Tensor(np.ones((64,), np.float32))
     drop = tx.jit(lambda x: F.dropout(x, 0.5))
+    drop(x), drop(x)  # recorded twice
     first, second = drop(x).numpy(), drop(x).numpy()
-    assert drop.replays == 1 and not np.array_equal(first, second)
+    assert drop.replays == 2 and not np.array_equal(first, second)
 
 
 def chain_step(x, w):
@@ -93,14 +94,14 @@ def chain_step(x, w):
 
 def test_new_shape_records_anew_and_old_shapes_replay(device):
     step = tx.jit(chain_step)
-    for shape in [(2, 3), (2, 3), (4, 3), (2, 3), (4, 3)]:
+    for shape in [(2, 3), (2, 3), (2, 3), (4, 3), (4, 3), (2, 3), (4, 3)]:
         x = tx.Tensor(np.random.default_rng(0).standard_normal(shape), requires_grad=True, device=device)
         w = tx.Tensor(np.full(shape, 0.5), requires_grad=True, device=device)
         xe, we = (tx.Tensor(t.numpy(), requires_grad=True, device=device) for t in (x, w))
         assert step(x, w).item() == chain_step(xe, we).item()
         np.testing.assert_array_equal(x.grad.numpy(), xe.grad.numpy())
         np.testing.assert_array_equal(w.grad.numpy(), we.grad.numpy())
-    assert (step.traces, step.replays) == (2, 3)
+    assert (step.traces, step.replays) == (4, 3)
 
 
 def test_least_recently_used_record_is_evicted():
@@ -111,11 +112,11 @@ def test_least_recently_used_record_is_evicted():
 
     for n in (1, 2, 1, 3):  # 2 is now the least recently used: evicted when 3 arrives
         call(n)
-    assert len(step.tapes) == 2 and step.traces == 3
+    assert len(step.tapes) == 2 and step.traces == 4
     call(1)
-    assert step.traces == 3  # still recorded
+    assert (step.traces, step.replays) == (4, 1)  # kept, and confirmed by its second recording
     call(2)
-    assert step.traces == 4  # evicted, so recorded again
+    assert step.traces == 5  # evicted, so recorded anew
     assert step.memory() >= 0
 
 
@@ -157,6 +158,25 @@ def test_control_flow_on_values_is_refused(positive):
         tx.jit(step)(tx.Tensor(np.ones(3)))
     with pytest.raises(ValueError, match="one element"):
         bool(tx.Tensor(np.ones(3)) > 0)  # ambiguous: refused eagerly too
+
+
+def test_two_recordings_that_differ_are_refused():
+    # the second call of a signature records again; a branch on raw .data shows up as other ops
+    def branchy(x):
+        return (x * 2).sum() if x.data.sum() > 0 else (x + 1).sum()
+
+    f = tx.jit(branchy)
+    f(tx.Tensor(np.ones(3)))
+    with pytest.raises(tx.JitError, match="different ops"):
+        f(tx.Tensor(-np.ones(3)))
+
+    def masked(x):  # a mask computed on raw arrays: a replay would keep the first one
+        return x.masked_fill(x.data > 0, 0.0).sum()
+
+    g = tx.jit(masked)
+    g(tx.Tensor(np.array([1.0, -1.0])))
+    with pytest.raises(tx.JitError, match="computed outside ops"):
+        g(tx.Tensor(np.array([-1.0, 1.0])))
 
 
 def test_arguments_the_jit_cannot_follow_are_refused():

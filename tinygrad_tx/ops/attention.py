@@ -33,10 +33,24 @@ def attention_weights(xp, q, k, keep, scale):
     return p
 
 
+def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
+    """The keep-mask (or None): `mask`, and the causal rule if `causal`.
+
+    Combined inside the op rather than by its caller, so that the combination of a
+    padding mask made from this call's ids is part of the op (`tx.jit` replays it),
+    not an array fixed by whoever recorded it.
+    """
+    if not causal:
+        return mask
+    tri = causal_mask(t_q, t_k, backend)
+    return tri if mask is None else mask & tri
+
+
 class Attention(OnceDifferentiable):
     saved = ("p", "drop", "p_used", "scale")
 
-    def forward(self, q, k, v, keep, dropout_p, scale):
+    def forward(self, q, k, v, mask, causal, dropout_p, scale):
+        keep = attention_keep(self.backend, mask, causal, q.shape[-2], k.shape[-2])
         p = self.p = attention_weights(self.xp, q, k, keep, scale)  # (..., Tq, Tk)
         if dropout_p > 0:
             self.drop = dropout_mask(self.backend, p.shape, p.dtype, dropout_p)
@@ -84,16 +98,13 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, cau
         raise TypeError(f"attention: dtype mismatch q {q.dtype}, k {k.dtype}, v {v.dtype}; cast with .astype()")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"attention: dropout_p must be in [0, 1), not {dropout_p}")
-    t_q, t_k = q.shape[-2], k.shape[-2]
-    keep = None if mask is None else as_mask(mask, q.backend, "scaled_dot_product_attention")
-    if causal:
-        tri = causal_mask(t_q, t_k, q.backend)
-        keep = tri if keep is None else keep & tri
+    mask = None if mask is None else as_mask(mask, q.backend, "scaled_dot_product_attention")
     scale = 1 / math.sqrt(q.shape[-1])
-    out = Attention.apply(q, k, v, keep=keep, dropout_p=dropout_p, scale=scale)
+    out = Attention.apply(q, k, v, mask=mask, causal=causal, dropout_p=dropout_p, scale=scale)
     if not return_weights:
         return out
     # no node is kept under no_grad, so there the weights are computed once more
+    keep = attention_keep(q.backend, mask, causal, q.shape[-2], k.shape[-2])
     weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
         q.backend.xp, q.data, k.data, keep, scale)
     return out, Tensor._from_op(weights, q.backend)
