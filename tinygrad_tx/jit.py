@@ -235,7 +235,7 @@ class Tape:
         self.program: list = []  # runs of Ops (lists), Backward and Call, in the order they happened
         self.calls = 0
         self.output: Any = None
-        self.differentiable: tuple | None = None  # (slot, nodes) when the result is differentiated outside
+        self.differentiable: tuple | None = None  # (slot, op, nodes) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
         self.confirmed = False  # recorded twice with the same result: replayed from now on
@@ -249,13 +249,13 @@ class Tape:
     def replay(self, tensors: list[Tensor]) -> Any:
         if self.differentiable is not None and autograd.is_grad_enabled():
             leaves = [self._leaf(k, tensors) for k in range(len(self.leaves))]
-            out = Replayed.apply(*leaves, tape=self, tensors=tensors)
-            return out
-        values, results = self.run(tensors)
+            return Replayed.apply(*leaves, tape=self, tensors=tensors)
+        values, results, _ = self.run(tensors)
         return self._build(self.output, values, results, tensors)
 
-    def run(self, tensors: list[Tensor], keep: bool = False) -> tuple[list, list]:
-        """Run the program on the arguments' arrays; returns the slots and the calls' results."""
+    def run(self, tensors: list[Tensor], keep: bool = False) -> tuple[list, list, list]:
+        """Run the program on the arguments' arrays; returns the slots, the calls' results and
+        the op objects (what a later backward outside the function needs, when `keep`)."""
         values = [None] * self.n_slots
         for slot, number in self.args:
             values[slot] = tensors[number].data
@@ -270,61 +270,29 @@ class Tape:
                 self._backward(step, values, fns, tensors)
             else:
                 results[step.index] = step.function(*step.args, **step.kwargs)
-        if keep:
-            self._kept_fns = fns  # for Replayed.backward, which runs after this returns
-        return values, results
+        return values, results, fns
 
     def _backward(self, step: Backward, values: list, fns: list, tensors: list) -> None:
+        """A backward inside the function; leaves' gradients are delivered as the engine does."""
         sink = _Sink(None, step.backend)
         seed = values[step.seed[1]] if step.seed[0] == "slot" else step.seed[1].copy()
         if step.root is None:
             sink.add(self._leaf(step.root_leaf, tensors), seed)
         else:
-            pending = {step.root: seed}
-            for node in step.nodes:
-                g = pending.pop(node.index, None)
-                fn = fns[node.index]
-                if not step.retain_graph:
-                    fns[node.index] = None  # the node's saved arrays go with it, as the eager walk releases
-                if g is not None:
-                    grads = fn.backward(g, *[values[i] for i in node.ins])
-                    for i, to_node, target, shape, reduce in node.routes:
-                        gt = grads[i]
-                        if gt is None:
-                            continue
-                        if reduce:
-                            gt = sum_to(gt, shape)
-                        if not to_node:
-                            sink.add(self._leaf(target, tensors), gt)
-                        elif target in pending:
-                            pending[target] = pending[target] + gt  # fan-out, summed in eager's order
-                        else:
-                            pending[target] = gt
-                for slot in node.frees:
-                    values[slot] = None
+            _walk(step.nodes, step.root, seed, values, fns, lambda k, g: sink.add(self._leaf(k, tensors), g),
+                  release=not step.retain_graph)
         with autograd.no_grad():
             sink.finish(False)
 
     def backward_to_leaves(self, g: Any, values: list, fns: list) -> tuple:
         """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""
-        slot, root, nodes = self.differentiable
+        _, root, nodes = self.differentiable
         out: list = [None] * len(self.leaves)
-        pending = {root: g}
-        for node in nodes:
-            g = pending.pop(node.index, None)
-            if g is None:
-                continue
-            grads = fns[node.index].backward(g, *[values[i] for i in node.ins])
-            for i, to_node, target, shape, reduce in node.routes:
-                gt = grads[i]
-                if gt is None:
-                    continue
-                if reduce:
-                    gt = sum_to(gt, shape)
-                if to_node:
-                    pending[target] = pending[target] + gt if target in pending else gt
-                else:
-                    out[target] = gt if out[target] is None else out[target] + gt
+
+        def to_leaf(k: int, gt: Any) -> None:
+            out[k] = gt if out[k] is None else out[k] + gt
+
+        _walk(nodes, root, g, values, fns, to_leaf, release=False)
         return tuple(out)
 
     def _leaf(self, k: int, tensors: list) -> Tensor:
@@ -393,6 +361,33 @@ class Tape:
         return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
 
 
+def _walk(nodes: list, root: int, seed: Any, values: list, fns: list, to_leaf: Callable, release: bool) -> None:
+    """The graph walk as recorded: each node's backward on arrays, gradients routed, fan-out summed
+    in the engine's order, broadcasts summed back where the recording saw them; with `release`,
+    each node's op object (and what it saved) and its last-used arrays dropped after it."""
+    pending = {root: seed}
+    for node in nodes:
+        g = pending.pop(node.index, None)
+        if g is not None:
+            grads = fns[node.index].backward(g, *[values[i] for i in node.ins])
+            for i, to_node, target, shape, reduce in node.routes:
+                gt = grads[i]
+                if gt is None:
+                    continue
+                if reduce:
+                    gt = sum_to(gt, shape)
+                if not to_node:
+                    to_leaf(target, gt)
+                elif target in pending:
+                    pending[target] = pending[target] + gt  # fan-out: the uses add up
+                else:
+                    pending[target] = gt
+        if release:
+            fns[node.index] = None
+            for slot in node.frees:
+                values[slot] = None
+
+
 def _forward(ops: list, values: list, fns: list, keep: bool) -> None:
     """A run of recorded forwards: each op object made anew (it keeps what its backward needs)."""
     for op in ops:
@@ -442,9 +437,7 @@ class Replayed(OnceDifferentiable, register=False):
 
     def forward(self, *leaf_arrays, tape, tensors):
         self.tape = tape
-        self.values, results = tape.run(tensors, keep=True)
-        self.fns = tape._kept_fns
-        del tape._kept_fns
+        self.values, _, self.fns = tape.run(tensors, keep=True)
         return self.values[tape.differentiable[0]]
 
     def backward(self, g, *leaf_arrays):
