@@ -53,8 +53,8 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   the signature, so a new value records anew (keep changing numbers such as the
   learning rate on the optimizer, not in the arguments).
 - Value checks made by user-facing functions (ids in range) run while
-  recording only; tensor hooks on intermediate results and module hooks are
-  refused; `create_graph=True` and `tx.grad` inside the function are refused.
+  recording only; tensor hooks on intermediate results, post-accumulate-grad
+  hooks (DataParallel's all-reduce) and module hooks are refused; `create_graph=True` and `tx.grad` inside the function are refused.
 - Tensors returned are the replay's arrays, without a graph, unless the result
   still has one that no backward in the function used: then the whole replay is
   one node (`Replayed`) whose backward runs the recorded walk, so gradients
@@ -557,6 +557,9 @@ class Recorder(Instrument):
             return (True, entry)
         leaf = self.leaf_of.get(id(t))
         if leaf is None:
+            if t._ready_hooks:
+                raise JitError("jit: a parameter has a post-accumulate-grad hook (DataParallel with several "
+                               "processes, say), which runs during backward; a replay would skip it")
             number = self.arg_number.get(id(t))
             leaf = self.leaf_of[id(t)] = len(self.tape.leaves)
             self.tape.leaves.append(("arg", number) if number is not None else ("tensor", t))
