@@ -26,12 +26,14 @@ from threadpoolctl import threadpool_limits
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 
-from .data import EOS, DataError, clean_field, detokenize, tokenize
-from .evaluation import InputTooLong, cross_attention, encode_sources, score, translate
+from .corpus import Sources, describe, group_references, normalise, read_corpus
+from .data import EOS, DataError
+from .evaluation import InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import plot_attention
-from .run import RunError, open_run
-from .tasks import TASKS
-from .training import Trainer, TrainSettings, settings_for
+from .run import Run, RunError, open_run
+from .tasks import TASKS, probe_pairs
+from .tokenization import KINDS
+from .training import Trainer, TrainSettings, corpus_defaults, settings_for
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
 
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "train":
             dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
-        if args.command != "tasks":
+        if args.command not in ("tasks", "corpus"):
             tx.set_device(args.device)  # fails here, with the fix, when CUDA is unavailable
         args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
@@ -61,13 +63,18 @@ def parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
     source = train.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", help=f"one of: {', '.join(TASKS)}")
-    source.add_argument("--data", help="a file of source<TAB>target lines")
+    source.add_argument("--data", help="a file of source<TAB>target[<TAB>ignored...] lines (Tatoeba/Anki format too)")
     defaults = TrainSettings()
     for name in ("out", "steps", "batch_size", "d_model", "heads", "layers", "d_ff", "dropout", "lr",
-                 "warmup", "label_smoothing", "seed", "n_train", "max_len", "eval_every", "level"):
+                 "warmup", "label_smoothing", "seed", "n_train", "max_len", "eval_every", "src_col", "tgt_col",
+                 "vocab_size"):
         kind = type(getattr(defaults, name)) if getattr(defaults, name) is not None else str
         train.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
-                           help=f"default: {getattr(defaults, name)} (tasks may set their own)")
+                           help=f"default: {getattr(defaults, name)} (tasks and corpus size may set their own)")
+    train.add_argument("--tokenizer", choices=KINDS, default=None,
+                       help=f"tokens of a --data corpus (default: {defaults.tokenizer}, subwords)")
+    train.add_argument("--shared-vocab", action="store_true", default=None,
+                       help="one tokenizer and vocabulary for both sides, output layer tied to the embeddings")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     train.add_argument("--no-jit", dest="jit", action="store_false", default=None,
                        help="run every training step eagerly instead of replaying it with tx.jit")
@@ -77,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--checkpoint", required=True, help="a run directory written by train")
     evaluate.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--by-length", action="store_true", help="also show exact match by source length")
+    evaluate.add_argument("--data", help="score these source<TAB>target pairs instead of the held-out test split")
     evaluate.set_defaults(run=run_evaluate)
 
     tr = sub.add_parser("translate", help="translate sentences (arguments, or lines on standard input)")
@@ -87,8 +96,17 @@ def parser() -> argparse.ArgumentParser:
     tr.set_defaults(run=run_translate)
 
     tasks = sub.add_parser("tasks", help="list the built-in tasks with an example pair each")
+    tasks.add_argument("--probe", metavar="TASK", help="print TASK's coverage probe pairs as TSV instead")
     tasks.set_defaults(run=run_tasks)
-    for command in (train, evaluate, tr, tasks):
+
+    corpus = sub.add_parser("corpus", help="describe a source<TAB>target corpus before training on it")
+    corpus.add_argument("file")
+    corpus.add_argument("--src-col", type=int, default=1)
+    corpus.add_argument("--tgt-col", type=int, default=2)
+    corpus.add_argument("--tokenizer", choices=KINDS, default=defaults.tokenizer)
+    corpus.add_argument("--vocab-size", type=int, default=None, help="default: what train would pick for the file")
+    corpus.set_defaults(run=run_corpus)
+    for command in (train, evaluate, tr, tasks, corpus):
         command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
         command.add_argument("--threads", type=positive, default=1,
                              help="BLAS threads (default 1: two processes with 2 threads each on 2 cores "
@@ -114,10 +132,14 @@ def run_train(args: argparse.Namespace) -> None:
     trainer.start()
     ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
     say = print if trainer.main else (lambda *_: None)
+    for note in trainer.notes:
+        say(f"note: {note}")
     if trainer.dropped:
         say(f"left out {trainer.dropped} pairs longer than --max-len {settings.max_len} tokens")
-    say(f"training on {len(trainer.train_pairs)} pairs ({trainer.src_level} -> {trainer.tgt_level} tokens), "
-        f"{sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, run directory {trainer.dir}")
+    kinds = " -> ".join(t.kind for t in trainer.tokenizers)
+    say(f"training on {len(trainer.train_pairs)} pairs ({kinds} tokens, vocabularies {len(trainer.src_vocab)}"
+        f" and {len(trainer.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
+        f"{settings.steps} steps of {settings.batch_size}, run directory {trainer.dir}")
     started = time.perf_counter()
     with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True,
               disable=not trainer.main) as progress:
@@ -127,12 +149,14 @@ def run_train(args: argparse.Namespace) -> None:
         sys.exit(130)
     say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
     if trainer.main:
-        report(trainer.dir, beam=1, as_json=False, device=settings.device)
+        report(open_run(trainer.dir, settings.device), beam=1, as_json=False)
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
-    report(args.checkpoint, args.beam, args.json, args.device)
+    run = open_run(args.checkpoint, args.device)
+    sources = group_references(read_corpus(args.data).pairs) if args.data else None
+    report(run, args.beam, args.json, args.by_length, sources)
 
 
 def check_beam(beam: int) -> None:
@@ -140,20 +164,28 @@ def check_beam(beam: int) -> None:
         raise ValueError(f"--beam must be >= 1 (1 is greedy search), not {beam}")
 
 
-def report(directory, beam: int, as_json: bool, device: str) -> None:
-    """Score the best checkpoint on the held-out test pairs and show a few translations."""
-    run = open_run(directory, device)
-    pairs = run.held_out("test")
-    outputs = translate(run.model, [s for s, _ in pairs], run.src_vocab, run.tgt_vocab, run.levels, beam)
-    metrics = score(outputs, [t for _, t in pairs], run.levels[1])
+def report(run: Run, beam: int, as_json: bool, lengths: bool = False, sources: Sources | None = None) -> None:
+    """Score the best checkpoint on the held-out test sources (or `sources`) against all their
+    references and show a few translations."""
+    where = "given pairs" if sources is not None else "held-out test"
+    sources = sources if sources is not None else run.held_out("test")
+    texts, references = [s for s, _ in sources], [refs for _, refs in sources]
+    outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam)
+    metrics = score(outputs, references, run.tokenizers[1])
+    table = by_length(texts, outputs, references, run.tokenizers[0]) if lengths else []
     if as_json:
-        print(json.dumps(metrics))
+        print(json.dumps({**metrics, "by_length": table} if lengths else metrics))
         return
-    print(f"held-out test ({metrics['n']} pairs): exact match {metrics['exact_match']:.2f}%, "
-          f"token accuracy {metrics['token_accuracy']:.2f}%, BLEU {metrics['bleu']:.2f}")
-    for (source, reference), output in list(zip(pairs, outputs))[:5]:
-        mark = "✓" if output == reference else "✗"
-        print(f"  {mark} {source!r} -> {output!r}" + ("" if output == reference else f"  (reference {reference!r})"))
+    print(f"{where} ({metrics['n']} sources, {metrics['references']} references): exact match "
+          f"{metrics['exact_match']:.2f}%, token accuracy {metrics['token_accuracy']:.2f}%, "
+          f"BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
+    if table:
+        print(f"exact match by source length ({run.tokenizers[0].kind} tokens):")
+        for length, n, exact in table:
+            print(f"  {length:4d} tokens: {exact:6.2f}% of {n}")
+    for (source, refs), output in list(zip(sources, outputs))[:5]:
+        right = output in refs
+        print(f"  {'✓' if right else '✗'} {source!r} -> {output!r}" + ("" if right else f"  (reference {refs[0]!r})"))
 
 
 def run_translate(args: argparse.Namespace) -> None:
@@ -161,31 +193,43 @@ def run_translate(args: argparse.Namespace) -> None:
     if args.attention and not Path(args.attention).resolve().parent.is_dir():
         raise ValueError(f"--attention {args.attention}: the directory to write it into does not exist")
     run = open_run(args.checkpoint, args.device)
-    # one output line per input line; the same clean-up as the training pairs got
-    sentences = [clean_field(text) for text in args.sentences or sys.stdin.read().splitlines()]
+    # one output line per input line; the same normalisation as the training pairs got
+    sentences = [normalise(text) for text in args.sentences or sys.stdin.read().splitlines()]
     if not sentences:
         raise ValueError("nothing to translate: give sentences as arguments or on standard input")
-    outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.levels, args.beam)
+    src_tok, tgt_tok = run.tokenizers
+    for sentence in sentences:
+        unknown = [t for t in src_tok.encode(sentence) if t not in run.src_vocab.ids]
+        if unknown:
+            print(f"note: {', '.join(map(repr, unknown))} in {sentence[:40]!r} never occurred in training "
+                  f"and will be read as <unk>", file=sys.stderr)
+    outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.tokenizers, args.beam)
     for output in outputs:
         print(output)
     if args.attention:
         if not outputs[0]:
             raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
-        src_level, tgt_level = run.levels
-        src = encode_sources(sentences[:1], run.src_vocab, src_level, run.model.config.max_len)
-        # row i: the query that produced output token i, fed BOS and the tokens before it
-        out_ids = run.tgt_vocab.encode(tokenize(outputs[0], tgt_level))
-        weights = cross_attention(run.model, src, out_ids)  # (heads, T + 1, S)
-        source_tokens = tokenize(sentences[0], src_level)
-        output_tokens = tokenize(outputs[0], tgt_level) + [EOS]
-        if plot_attention(weights, source_tokens, output_tokens, args.attention):
-            print(f"cross-attention of {detokenize(source_tokens, src_level)!r} written to {args.attention}",
-                  file=sys.stderr)
+        src = encode_sources(sentences[:1], run.src_vocab, src_tok, run.model.config.max_len)
+        # row i: the query that produced output token i, fed BOS and the tokens before it;
+        # the labels are the tokens the model saw (subword pieces for bpe/unigram)
+        output_tokens = tgt_tok.encode(outputs[0])
+        weights = cross_attention(run.model, src, run.tgt_vocab.encode(output_tokens))  # (heads, T + 1, S)
+        if plot_attention(weights, src_tok.encode(sentences[0]), output_tokens + [EOS], args.attention):
+            print(f"cross-attention of {sentences[0]!r} written to {args.attention}", file=sys.stderr)
         else:
             print('matplotlib is not installed, so no picture: pip install "tinygrad-tx[viz]"', file=sys.stderr)
 
 
+def run_corpus(args: argparse.Namespace) -> None:
+    corpus = read_corpus(args.file, args.src_col, args.tgt_col, allow_empty=True)
+    vocab_size = args.vocab_size or corpus_defaults(len(corpus.pairs))["vocab_size"]
+    print("\n".join(describe(corpus, args.tokenizer, vocab_size)))
+
+
 def run_tasks(args: argparse.Namespace) -> None:
+    if args.probe:
+        sys.stdout.write("".join(f"{s}\t{t}\n" for s, t in probe_pairs(args.probe)))
+        return
     for name, task in TASKS.items():
         source, target = task.example()
         print(f"{name:8s} {task.description}\n         {source!r} -> {target!r}")

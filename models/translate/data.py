@@ -1,23 +1,22 @@
 """From text pairs to padded batches of token ids.
 
-The pipeline is: read pairs (`read_tsv` or a task generator) -> split them
-(`split_pairs`) -> tokenise and build vocabularies (`tokenize`, `Vocab`) ->
-encode (`encode_pairs`) -> batch (`Batcher`).
+The pipeline is: read pairs (`corpus.read_corpus` or a task generator) -> split
+them (`corpus.split_by_source`) -> tokenise and build vocabularies
+(`tokenization.Tokenizer`, `Vocab`) -> encode (`encode_pairs`) -> batch (`Batcher`).
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter
-from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
+from .tokenization import Tokenizer
+
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIALS))
-LEVELS = ("char", "word")
 
 Pair = tuple[str, str]
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -27,24 +26,7 @@ class DataError(ValueError):
     """Bad input data: the message says which file/line and what is wrong."""
 
 
-# --- tokens ----------------------------------------------------------------
-
-def _check_level(level: str) -> None:
-    if level not in LEVELS:
-        raise ValueError(f"unknown tokenisation level {level!r}; expected one of {LEVELS}")
-
-
-def tokenize(text: str, level: str) -> list[str]:
-    """"char": every character, spaces included; "word": whitespace-separated words."""
-    _check_level(level)
-    return list(text) if level == "char" else text.split()
-
-
-def detokenize(tokens: Iterable[str], level: str) -> str:
-    """Inverse of `tokenize` (for "word", runs of whitespace become one space)."""
-    _check_level(level)
-    return ("" if level == "char" else " ").join(tokens)
-
+# --- vocabulary --------------------------------------------------------------
 
 class Vocab:
     """A fixed token <-> id mapping whose first ids are the special tokens."""
@@ -93,88 +75,15 @@ class Vocab:
         return cls(d["tokens"])
 
 
-# --- reading and splitting -------------------------------------------------
-
-def read_tsv(path: str | Path) -> list[Pair]:
-    """Read `source<TAB>target` lines; blank lines are skipped.
-
-    Fields are stripped of surrounding whitespace.  The file is decoded line
-    by line so that a bad byte can be reported with its line number.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"corpus file not found: {path}")
-    pairs = []
-    for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}, line {lineno}: not valid UTF-8 "
-                            f"({e.reason} at byte {e.start})") from None
-        if lineno == 1:
-            line = line.removeprefix("\ufeff")  # byte-order mark some editors write
-        if line.strip():
-            pairs.append(_parse_tsv_line(line, path, lineno))
-    if not pairs:
-        raise DataError(f"{path}: no source<TAB>target pairs found (the corpus is empty)")
-    return pairs
-
-
-def clean_field(text: str) -> str:
-    """What a sentence goes through before it is tokenised, in training and in `translate`
-    alike: surrounding whitespace (a Windows line's \\r included) is dropped."""
-    return text.strip()
-
-
-def _parse_tsv_line(line: str, path: Path, lineno: int) -> Pair:
-    shown = line if len(line) <= 60 else line[:57] + "..."
-    fields = line.split("\t")
-    if len(fields) != 2:
-        problem = "has no tab" if len(fields) == 1 else f"has {len(fields) - 1} tabs"
-        raise DataError(f"{path}, line {lineno}: expected 'source<TAB>target' "
-                        f"but the line {problem}: {shown!r}")
-    source, target = (clean_field(field) for field in fields)
-    if not source or not target:
-        side = "source" if not source else "target"
-        raise DataError(f"{path}, line {lineno}: empty {side}: {shown!r}")
-    return source, target
-
-
-def split_pairs(pairs: list[Pair], seed: int, valid_frac: float = 0.1,
-                test_frac: float = 0.1) -> dict[str, list[Pair]]:
-    """Shuffle and cut pairs into "train", "valid" and "test".
-
-    Duplicate sources are dropped first (the first occurrence wins): otherwise
-    a test source could also be in training and the test score would reward
-    memorisation.  Every split gets at least one pair.
-    """
-    if not (0 < valid_frac < 1 and 0 < test_frac < 1 and valid_frac + test_frac < 1):
-        raise ValueError(f"need 0 < valid_frac, test_frac and valid_frac + test_frac < 1, "
-                         f"got {valid_frac} and {test_frac}")
-    first_target: dict[str, str] = {}
-    for source, target in pairs:
-        first_target.setdefault(source, target)
-    unique = list(first_target.items())
-    n = len(unique)
-    if n < 3:
-        raise DataError(f"need at least 3 pairs with distinct sources to split, got {n}")
-    random.Random(seed).shuffle(unique)
-    n_test = min(max(1, round(n * test_frac)), n - 2)
-    n_valid = min(max(1, round(n * valid_frac)), n - 1 - n_test)
-    return {
-        "train": unique[n_test + n_valid:],
-        "valid": unique[n_test:n_test + n_valid],
-        "test": unique[:n_test],
-    }
-
+# --- encoding ----------------------------------------------------------------
 
 def encode_pairs(pairs: Iterable[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
-                 src_level: str, tgt_level: str) -> tuple[list[list[int]], list[list[int]]]:
+                 tokenizers: tuple[Tokenizer, Tokenizer]) -> tuple[list[list[int]], list[list[int]]]:
     """Token ids of each side, without BOS/EOS (the Batcher adds those)."""
     src_ids, tgt_ids = [], []
     for source, target in pairs:
-        src_ids.append(src_vocab.encode(tokenize(source, src_level)))
-        tgt_ids.append(tgt_vocab.encode(tokenize(target, tgt_level)))
+        src_ids.append(src_vocab.encode(tokenizers[0].encode(source)))
+        tgt_ids.append(tgt_vocab.encode(tokenizers[1].encode(target)))
     return src_ids, tgt_ids
 
 

@@ -1,8 +1,9 @@
 """Translating batches of sentences and scoring the results.
 
-Exact match (the whole output right), token accuracy (position by position
-against the reference, over the reference's length) and corpus BLEU from
-sacrebleu (the standard implementation, so numbers compare with papers).
+Exact match (the whole output is one of the references), token accuracy (position
+by position against the closest reference) and corpus BLEU and chrF from sacrebleu
+(the standard implementation, so numbers compare with papers), with every
+reference a held-out source has.
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import numpy as np
 import tinygrad_tx as tx
 from tinygrad_tx.inspect import attention_maps
 
-from .data import BOS_ID, EOS_ID, PAD_ID, Vocab, detokenize, pad, tokenize
+from .corpus import normalise
+from .data import BOS_ID, EOS_ID, PAD_ID, Vocab, pad
+from .tokenization import Tokenizer
 from ..decoding import beam_search, greedy_decode
 from ..transformer import Transformer
 
@@ -22,53 +25,79 @@ class InputTooLong(ValueError):
     """A sentence longer than the model's maximum length."""
 
 
-def encode_sources(sentences: Sequence[str], vocab: Vocab, level: str, max_len: int):
-    """Sentences -> padded (B, S) ids, refusing any longer than the model can place."""
+def encode_sources(sentences: Sequence[str], vocab: Vocab, tokenizer: Tokenizer, max_len: int):
+    """Normalised sentences -> padded (B, S) ids, refusing any longer than the model can place."""
     ids = []
     for sentence in sentences:
-        tokens = tokenize(sentence, level)
+        tokens = tokenizer.encode(sentence)
         if len(tokens) > max_len:
-            raise InputTooLong(f"input of {len(tokens)} tokens is longer than the model's maximum "
-                               f"length {max_len}: {sentence[:60]!r}")
+            raise InputTooLong(f"input of {len(tokens)} {tokenizer.kind} tokens is longer than the model's "
+                               f"maximum of {max_len}: {sentence[:60]!r}; split it into shorter sentences")
         ids.append(vocab.encode(tokens))
     return pad(ids, PAD_ID)
 
 
 def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tgt_vocab: Vocab,
-              levels: tuple[str, str], beam: int = 1, batch_size: int = 256) -> list[str]:
-    """Translate sentences with greedy search (beam=1) or beam search; a sentence without
-    tokens translates to "" (a row of padding alone would make the model invent one)."""
+              tokenizers: tuple[Tokenizer, Tokenizer], beam: int = 1, batch_size: int = 256) -> list[str]:
+    """Translate sentences with greedy search (beam=1) or beam search.
+
+    Each sentence is normalised first, exactly as the training corpus was; one without
+    tokens translates to "" (a row of padding alone would make the model invent one).
+    """
     max_len = model.config.max_len
+    sentences = [normalise(s) for s in sentences]
     outputs = [""] * len(sentences)
-    todo = [i for i, sentence in enumerate(sentences) if tokenize(sentence, levels[0])]
+    todo = [i for i, sentence in enumerate(sentences) if tokenizers[0].encode(sentence)]
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
-        src = encode_sources([sentences[i] for i in batch], src_vocab, levels[0], max_len - 2)
+        src = encode_sources([sentences[i] for i in batch], src_vocab, tokenizers[0], max_len - 2)
         limit = min(max_len - 1, 2 * src.shape[1] + 10)
         if beam > 1:
             ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam)
         else:
             ids = greedy_decode(model, src, limit, BOS_ID, EOS_ID)
         for i, row in zip(batch, ids):
-            outputs[i] = detokenize(tgt_vocab.decode(row), levels[1])
+            outputs[i] = tokenizers[1].decode(tgt_vocab.decode(row))
     return outputs
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str], level: str) -> dict:
-    """exact_match, token_accuracy (both in %), bleu (sacrebleu's corpus BLEU) and n."""
+def score(hypotheses: Sequence[str], references: Sequence[Sequence[str]], tokenizer: Tokenizer) -> dict:
+    """Scores of hypotheses[i] against every reference in references[i].
+
+    exact_match: the output is one of the references; token_accuracy: position by
+    position against the reference it matches best, over that reference's length
+    (both in %); bleu and chrf: sacrebleu's corpus scores with all references;
+    n: sources scored, references: references used.
+    """
     import sacrebleu
 
-    exact = sum(h == r for h, r in zip(hypotheses, references))
+    exact = sum(h in refs for h, refs in zip(hypotheses, references))
     right = total = 0
-    for h, r in zip(hypotheses, references):
-        h_tokens, r_tokens = tokenize(h, level), tokenize(r, level)
-        right += sum(a == b for a, b in zip(h_tokens, r_tokens))
-        total += len(r_tokens)
+    for h, refs in zip(hypotheses, references):
+        h_tokens = tokenizer.encode(h)
+        ref_tokens = [tokenizer.encode(r) for r in refs]
+        hits = [sum(a == b for a, b in zip(h_tokens, r)) / max(len(r), 1) for r in ref_tokens]
+        best = ref_tokens[int(np.argmax(hits))]
+        right += sum(a == b for a, b in zip(h_tokens, best))
+        total += len(best)
     n = len(references)
+    # sacrebleu takes one stream per reference position; None marks "no k-th reference here"
+    streams = [[refs[k] if k < len(refs) else None for refs in references]
+               for k in range(max((len(refs) for refs in references), default=0))]
     # character-level outputs are one "word" each: score their characters, not their words
-    bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize="char" if level == "char" else "13a")
+    bleu = sacrebleu.corpus_bleu(list(hypotheses), streams, tokenize="char" if tokenizer.kind == "char" else "13a")
+    chrf = sacrebleu.corpus_chrf(list(hypotheses), streams)
     return {"exact_match": 100.0 * exact / max(n, 1), "token_accuracy": 100.0 * right / max(total, 1),
-            "bleu": bleu.score, "n": n}
+            "bleu": bleu.score, "chrf": chrf.score, "n": n, "references": sum(map(len, references))}
+
+
+def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[Sequence[str]],
+              tokenizer: Tokenizer) -> list[tuple[int, int, float]]:
+    """(source length in tokens, sources, exact match %) for each length present, shortest first."""
+    buckets: dict[int, list[bool]] = {}
+    for source, h, refs in zip(sources, hypotheses, references):
+        buckets.setdefault(len(tokenizer.encode(normalise(source))), []).append(h in refs)
+    return [(length, len(hits), 100.0 * sum(hits) / len(hits)) for length, hits in sorted(buckets.items())]
 
 
 def cross_attention(model: Transformer, src, output_ids) -> np.ndarray:

@@ -3,7 +3,9 @@
     runs/reverse/
       run.json        what was trained: task or data file, tokenisation, model and training settings
       vocab.json      source and target vocabularies
-      valid.tsv       the held-out pairs (never seen in training), for `evaluate`
+      src.model       trained subword tokenizers (bpe/unigram only; shared.model with --shared-vocab)
+      tgt.model
+      valid.tsv       the held-out pairs (never seen in training; every reference of a source), for `evaluate`
       test.tsv
       last.npz        the latest checkpoint: weights, optimizer, schedule, step, RNG state
       best.npz        the checkpoint with the best validation exact match
@@ -26,13 +28,15 @@ from typing import Any
 import tinygrad_tx as tx
 from tinygrad_tx.serialization import write_atomically
 
-from .data import LEVELS, Pair, Vocab, read_tsv
+from .corpus import Sources, group_references, read_tsv
+from .data import Pair, Vocab
+from .tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
 
 RUN_FORMAT = "tinygrad_tx.run"
 """Written into run.json: what marks a directory as a run directory `train` may write into again."""
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "curves.png"})
+                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model"})
 
 
 class RunError(RuntimeError):
@@ -132,16 +136,49 @@ def read_run_json(directory: Path) -> dict:
     """run.json, checked to hold what `train` writes there."""
     path = directory / "run.json"
     run = read_json(path)
-    kinds = {"settings": dict, "corpus": dict, "checksums": dict, "src_level": str, "tgt_level": str}
+    kinds = {"settings": dict, "corpus": dict, "checksums": dict, "tokenizers": dict}
     if not isinstance(run, dict):
         raise RunError(f"{path} is damaged: it holds a {type(run).__name__}, not an object")
     for key, kind in kinds.items():
         if not isinstance(run.get(key), kind):
             raise RunError(f"{path} is damaged: {key!r} is missing or not a {kind.__name__}")
-    for key in ("src_level", "tgt_level"):
-        if run[key] not in LEVELS:
-            raise RunError(f"{path} is damaged: {key} {run[key]!r} is not one of {LEVELS}")
+    for side in ("src", "tgt"):
+        saved = run["tokenizers"].get(side)
+        if not isinstance(saved, dict) or saved.get("kind") not in KINDS:
+            raise RunError(f"{path} is damaged: the {side} tokenizer is missing or not one of {KINDS}")
     return run
+
+
+def save_tokenizers(directory: Path, tokenizers: tuple[Tokenizer, Tokenizer]) -> dict:
+    """Write trained subword models next to the checkpoints; returns their entry for run.json."""
+    names = ("shared", "shared") if tokenizers[0] is tokenizers[1] else ("src", "tgt")
+    saved = {}
+    for side, name, tokenizer in zip(("src", "tgt"), names, tokenizers):
+        saved[side] = {"kind": tokenizer.kind}
+        if tokenizer.model is not None:
+            write_atomically(directory / f"{name}.model", lambda f, model=tokenizer.model: f.write(model))
+            saved[side].update(file=f"{name}.model", sha256=sha256(tokenizer.model))
+    return saved
+
+
+def read_tokenizers(directory: Path, run: dict) -> tuple[Tokenizer, Tokenizer]:
+    """The run's tokenizers; a subword model file must be the one `train` wrote."""
+    tokenizers = []
+    for side in ("src", "tgt"):
+        saved = run["tokenizers"][side]
+        if "file" not in saved:
+            tokenizers.append(Tokenizer(saved["kind"]))
+            continue
+        path = directory / str(saved["file"])
+        if not path.is_file():
+            raise RunError(f"{path} is missing: the run's tokenizer model was deleted or never written")
+        model = path.read_bytes()
+        if sha256(model) != saved.get("sha256"):
+            raise RunError(f"{path} is damaged or was replaced: its SHA-256 is not the one in run.json")
+        tokenizers.append(Tokenizer(saved["kind"], model))
+    if run["tokenizers"]["src"] == run["tokenizers"]["tgt"] and "file" in run["tokenizers"]["src"]:
+        return tokenizers[0], tokenizers[0]  # one shared model
+    return tokenizers[0], tokenizers[1]
 
 
 def read_vocabs(directory: Path, run: dict) -> tuple[Vocab, Vocab]:
@@ -154,7 +191,7 @@ def read_vocabs(directory: Path, run: dict) -> tuple[Vocab, Vocab]:
 
 
 def read_held_out(directory: Path, run: dict, split: str) -> list[Pair]:
-    """The valid or test pairs the run was given, exactly as `train` wrote them."""
+    """The valid or test pairs the run was given (every reference of a source), exactly as `train` wrote them."""
     read_checked(directory, run, f"{split}.tsv")
     return read_tsv(directory / f"{split}.tsv")
 
@@ -177,20 +214,18 @@ def read_metrics(path: Path) -> list[dict]:
 
 @dataclass
 class Run:
-    """A loaded run: its settings, vocabularies and model."""
+    """A loaded run: its settings, vocabularies, model and tokenizers."""
 
     directory: Path
     settings: dict
     src_vocab: Vocab
     tgt_vocab: Vocab
     model: Transformer
+    tokenizers: tuple[Tokenizer, Tokenizer]
 
-    @property
-    def levels(self) -> tuple[str, str]:
-        return self.settings["src_level"], self.settings["tgt_level"]
-
-    def held_out(self, split: str = "test") -> list[Pair]:
-        return read_held_out(self.directory, self.settings, split)
+    def held_out(self, split: str = "test") -> Sources:
+        """Each held-out source with all of its references."""
+        return group_references(read_held_out(self.directory, self.settings, split))
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -240,4 +275,4 @@ def open_run(directory: str | Path, device: str = "cpu", which: str = "best") ->
     model = load_model(path)
     check_vocabularies(directory, (model.config.src_vocab, model.config.tgt_vocab), src_vocab, tgt_vocab)
     model.to(device).eval()
-    return Run(directory, run, src_vocab, tgt_vocab, model)
+    return Run(directory, run, src_vocab, tgt_vocab, model, read_tokenizers(directory, run))

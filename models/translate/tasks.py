@@ -8,6 +8,7 @@ set measures generalisation: no test source ever appears in training.
 
 from __future__ import annotations
 
+import calendar
 import datetime
 import random
 from dataclasses import dataclass, field
@@ -162,10 +163,53 @@ DATE_FORMATS: dict[str, Callable[[datetime.date], str]] = {          # 1999-03-0
 }
 
 
+def _random_day(rng: random.Random) -> datetime.date:
+    return FIRST_DATE + datetime.timedelta(days=rng.randint(0, (LAST_DATE - FIRST_DATE).days))
+
+
+def _edge_day(rng: random.Random) -> datetime.date:
+    """A first or last day of a month, or a 29 February: uniform days make these rare
+    (a 29 February is 1 day in 1461), yet they are where a model that has only learned
+    "day numbers go up to 28" fails."""
+    year = rng.randint(FIRST_DATE.year, LAST_DATE.year)
+    kind = rng.randrange(3)
+    if kind == 2:
+        leap = [y for y in range(FIRST_DATE.year, LAST_DATE.year + 1) if calendar.isleap(y)]
+        return datetime.date(rng.choice(leap), 2, 29)
+    month = rng.randint(1, 12)
+    return datetime.date(year, month, 1 if kind == 0 else calendar.monthrange(year, month)[1])
+
+
 def _sample_date(rng: random.Random) -> Pair:
-    day = FIRST_DATE + datetime.timedelta(days=rng.randint(0, (LAST_DATE - FIRST_DATE).days))
+    """Every format equally often; one date in four is a month edge or a leap day."""
+    day = _edge_day(rng) if rng.random() < 0.25 else _random_day(rng)
     fmt = rng.choice(list(DATE_FORMATS.values()))
     return fmt(day), day.isoformat()
+
+
+# --- probes: the inputs a uniform sample rarely shows --------------------------
+
+def probe_pairs(name: str, seed: int = 12345) -> list[Pair]:
+    """A fixed check set that covers a task's inputs, short and edge cases included.
+
+    numbers: every integer 0-100, then 200 random ones of each digit count 1-6
+    (distinct, so the short counts give fewer); dates: each format applied to the
+    same 50 dates, the range's ends, month ends and leap days among them.
+    """
+    rng = random.Random(seed)
+    if name == "numbers":
+        numbers = list(range(101))
+        for digits in range(1, 7):
+            low = 0 if digits == 1 else 10 ** (digits - 1)
+            numbers += [rng.randint(low, 10 ** digits - 1) for _ in range(200)]
+        return [(str(n), number_to_words(n)) for n in dict.fromkeys(numbers)]
+    if name == "dates":
+        days = [FIRST_DATE, LAST_DATE, datetime.date(2000, 2, 29), datetime.date(1952, 2, 29),
+                datetime.date(2048, 2, 29), datetime.date(1999, 2, 28), datetime.date(2000, 3, 1),
+                datetime.date(1999, 12, 31), datetime.date(2000, 1, 1), datetime.date(2021, 4, 30)]
+        days += [_edge_day(rng) for _ in range(15)] + [_random_day(rng) for _ in range(50 - len(days) - 15)]
+        return [(fmt(day), day.isoformat()) for fmt in DATE_FORMATS.values() for day in days]
+    raise ValueError(f"no probe set for task {name!r}; there are probes for: numbers, dates")
 
 
 # --- registry --------------------------------------------------------------

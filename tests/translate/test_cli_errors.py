@@ -76,7 +76,8 @@ def copy_of(trained, tmp_path):
     (["--dropout", "1.0"], ["--dropout", "[0, 1)"]),
     (["--label-smoothing", "2"], ["--label-smoothing"]),
     (["--d-model", "10", "--heads", "4"], ["divisible"]),
-    (["--level", "char"], ["--level", "its own tokenisation"]),
+    (["--tokenizer", "char"], ["--tokenizer", "its own tokenisation"]),
+    (["--vocab-size", "100"], ["--vocab-size", "its own tokenisation"]),
     (["--max-len", "0"], ["--max-len"]),
     (["--seed", "-1"], ["--seed"]),
 ])
@@ -164,7 +165,7 @@ def test_resume_reads_vocabulary_and_held_out_pairs_from_the_run(capsys, trained
 @pytest.mark.parametrize("name, content, words", [
     ("run.json", "{}", ["run.json", "'settings'"]),
     ("run.json", "[1, 2]", ["run.json", "list"]),
-    ("run.json", None, ["run.json", "src_level"]),  # an unknown tokenisation level, set below
+    ("run.json", None, ["run.json", "src tokenizer"]),  # an unknown tokenizer kind, set below
     ("vocab.json", '{"tgt": {"tokens": []}}', ["vocab.json", "src"]),
     ("vocab.json", None, ["vocab.json", "does not fit the model"]),  # shortened, below
 ])
@@ -173,7 +174,7 @@ def test_damaged_run_files_are_one_line(capsys, copy_of, name, content, words):
     path = run_dir / name
     if content is None and name == "run.json":
         data = json.loads(path.read_text())
-        data["src_level"] = "klingon"
+        data["tokenizers"]["src"]["kind"] = "klingon"
         content = json.dumps(data)
     elif content is None:
         data = json.loads(path.read_text())

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from models.translate import data
-from models.translate.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataError, Vocab
+from models.translate.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from models.translate.tokenization import Tokenizer
 
 
 # --- tokens and vocabulary -----------------------------------------------------
@@ -12,15 +13,6 @@ from models.translate.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataError, Voc
 def test_special_ids():
     assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
     assert data.SPECIALS == ("<pad>", "<bos>", "<eos>", "<unk>")
-
-
-def test_tokenize_and_detokenize():
-    assert data.tokenize("ab c", "char") == ["a", "b", " ", "c"]
-    assert data.tokenize(" le  chat ", "word") == ["le", "chat"]
-    assert data.detokenize(["a", "b", " ", "c"], "char") == "ab c"
-    assert data.detokenize(["le", "chat"], "word") == "le chat"
-    with pytest.raises(ValueError, match="bytes"):
-        data.tokenize("x", "bytes")
 
 
 def test_vocab_build_orders_by_frequency_then_token():
@@ -59,99 +51,13 @@ def test_vocab_rejects_missing_specials():
         Vocab(["a", "b"])
 
 
-# --- read_tsv ------------------------------------------------------------------
-
-def write(tmp_path, content: bytes):
-    path = tmp_path / "corpus.tsv"
-    path.write_bytes(content)
-    return path
-
-
-def test_read_tsv_reads_pairs_and_skips_blank_lines(tmp_path):
-    path = write(tmp_path, "\ufeffthe cat\tle chat\r\n\n  \nhé\tho  \n".encode())
-    assert data.read_tsv(path) == [("the cat", "le chat"), ("hé", "ho")]
-
-
-def test_read_tsv_missing_file_names_the_path(tmp_path):
-    with pytest.raises(DataError, match="nothere.tsv"):
-        data.read_tsv(tmp_path / "nothere.tsv")
-
-
-def test_read_tsv_line_without_tab_names_line_and_shows_it(tmp_path):
-    path = write(tmp_path, b"a\tb\n\nno tab here\n")
-    with pytest.raises(DataError, match=r"line 3.*no tab.*'no tab here'") as err:
-        data.read_tsv(path)
-    assert str(path) in str(err.value)
-
-
-def test_read_tsv_truncates_long_lines_in_messages(tmp_path):
-    with pytest.raises(DataError) as err:
-        data.read_tsv(write(tmp_path, b"x" * 500))
-    assert "x" * 100 not in str(err.value) and "..." in str(err.value)
-
-
-def test_read_tsv_two_tabs_is_an_error(tmp_path):
-    with pytest.raises(DataError, match="line 1.*2 tabs"):
-        data.read_tsv(write(tmp_path, b"a\tb\tc\n"))
-
-
-@pytest.mark.parametrize("line, side", [(b"\tle chat", "source"), (b"the cat\t  ", "target")])
-def test_read_tsv_empty_side(tmp_path, line, side):
-    with pytest.raises(DataError, match=f"line 2: empty {side}"):
-        data.read_tsv(write(tmp_path, b"a\tb\n" + line + b"\n"))
-
-
-def test_read_tsv_bad_utf8_names_the_line(tmp_path):
-    with pytest.raises(DataError, match="line 3: not valid UTF-8"):
-        data.read_tsv(write(tmp_path, b"a\tb\nc\td\ne\t\xff\xfe\n"))
-
-
-@pytest.mark.parametrize("content", [b"", b"\n  \n\n"])
-def test_read_tsv_empty_corpus(tmp_path, content):
-    with pytest.raises(DataError, match="empty"):
-        data.read_tsv(write(tmp_path, content))
-
-
-# --- split_pairs ---------------------------------------------------------------
-
-PAIRS = [(f"src{i}", f"tgt{i}") for i in range(100)]
-
-
-def test_split_is_deterministic_disjoint_and_complete():
-    splits = data.split_pairs(PAIRS, seed=0)
-    assert splits == data.split_pairs(PAIRS, seed=0)
-    assert splits != data.split_pairs(PAIRS, seed=1)
-    assert [len(splits[k]) for k in ("train", "valid", "test")] == [80, 10, 10]
-    assert sorted(sum(splits.values(), [])) == sorted(PAIRS)
-
-
-def test_split_deduplicates_sources_so_test_never_leaks_into_train():
-    pairs = PAIRS + [(src, "other " + tgt) for src, tgt in PAIRS] + PAIRS
-    splits = data.split_pairs(pairs, seed=3)
-    train_sources = {s for s, _ in splits["train"]}
-    assert not train_sources & {s for s, _ in splits["test"]}
-    assert not train_sources & {s for s, _ in splits["valid"]}
-    assert sum(len(v) for v in splits.values()) == 100
-    assert all(not t.startswith("other") for v in splits.values() for _, t in v)  # first target wins
-
-
-def test_split_of_three_pairs_gives_one_each_and_fewer_is_an_error():
-    splits = data.split_pairs(PAIRS[:3] + PAIRS[:1], seed=0)
-    assert [len(splits[k]) for k in ("train", "valid", "test")] == [1, 1, 1]
-    with pytest.raises(DataError, match="at least 3"):
-        data.split_pairs(PAIRS[:2] * 5, seed=0)
-
-
-def test_split_rejects_bad_fractions():
-    with pytest.raises(ValueError):
-        data.split_pairs(PAIRS, seed=0, valid_frac=0.5, test_frac=0.5)
-
+# --- encoding ------------------------------------------------------------------
 
 def test_encode_pairs():
     pairs = [("ab", "le chat"), ("ba", "chat")]
     src_vocab = Vocab.build([list(s) for s, _ in pairs])
     tgt_vocab = Vocab.build([t.split() for _, t in pairs])
-    src_ids, tgt_ids = data.encode_pairs(pairs, src_vocab, tgt_vocab, "char", "word")
+    src_ids, tgt_ids = data.encode_pairs(pairs, src_vocab, tgt_vocab, (Tokenizer("char"), Tokenizer("word")))
     assert [src_vocab.decode(s) for s in src_ids] == [["a", "b"], ["b", "a"]]
     assert [tgt_vocab.decode(t) for t in tgt_ids] == [["le", "chat"], ["chat"]]
 

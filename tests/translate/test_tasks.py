@@ -298,3 +298,69 @@ def test_noun_table_plurals_and_no_elision_needed():
         assert noun.en_plural == _IRREGULAR_PLURALS.get(noun.en, noun.en + "s"), noun
         assert noun.fr[0] not in "aeiouhâéèêîôœ", noun  # so "le"/"la" never become "l'"
     assert len(grammar.NOUNS) == len({n.fr for n in grammar.NOUNS}) == len(NOUN_BY_EN)
+
+
+# --- coverage of short and edge inputs ------------------------------------------
+
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
+         "sixteen seventeen eighteen nineteen".split()
+_DECADES = {2: "twenty", 3: "thirty", 4: "forty", 5: "fifty", 6: "sixty", 7: "seventy", 8: "eighty", 9: "ninety"}
+
+
+def test_every_number_to_one_hundred():
+    expected = _UNITS + [_DECADES[n // 10] + ("" if n % 10 == 0 else " " + _UNITS[n % 10]) for n in range(20, 100)]
+    assert [tasks.number_to_words(n) for n in range(101)] == expected + ["one hundred"]
+
+
+def test_numbers_training_data_holds_every_one_digit_number():
+    pairs = tasks.get_task("numbers").make_splits(seed=0, n_train=2000, n_valid=0, n_test=0)["train"]
+    assert {str(n) for n in range(10)} <= {s for s, _ in pairs}
+    counts = [sum(len(s) == d for s, _ in pairs) for d in range(1, 7)]
+    assert counts[0] == 10 and counts[1] > 80  # short numbers drawn often, not a few in a million
+    assert all(c > 250 for c in counts[2:])
+
+
+def test_numbers_probe_covers_every_length():
+    probe = dict(tasks.probe_pairs("numbers"))
+    assert all(probe[str(n)] == tasks.number_to_words(n) for n in range(101))
+    lengths = [len(s) for s in probe]
+    assert [lengths.count(d) for d in (1, 2)] == [10, 90] and all(lengths.count(d) > 180 for d in range(3, 7))
+
+
+# Leap day, range ends and a 31st in every format, written out by hand
+EDGE_DATES = {
+    datetime.date(2000, 2, 29): ["29th of February 2000", "February 29th, 2000", "29 February 2000",
+                                 "February 29 2000", "Feb 29, 2000", "Tuesday, February 29, 2000",
+                                 "29-Feb-2000", "02/29/2000", "02/29/00", "2000.02.29"],
+    datetime.date(1950, 1, 1): ["1st of January 1950", "January 1st, 1950", "1 January 1950", "January 1 1950",
+                                "Jan 1, 1950", "Sunday, January 1, 1950", "1-Jan-1950", "01/01/1950",
+                                "01/01/50", "1950.01.01"],
+    datetime.date(2049, 12, 31): ["31st of December 2049", "December 31st, 2049", "31 December 2049",
+                                  "December 31 2049", "Dec 31, 2049", "Friday, December 31, 2049",
+                                  "31-Dec-2049", "12/31/2049", "12/31/49", "2049.12.31"],
+}
+
+
+@pytest.mark.parametrize("day", list(EDGE_DATES))
+def test_every_format_of_edge_dates(day):
+    assert [fmt(day) for fmt in tasks.DATE_FORMATS.values()] == EDGE_DATES[day]
+
+
+def test_dates_training_data_holds_month_edges_and_leap_days():
+    pairs = tasks.get_task("dates").make_splits(seed=0, n_train=4000, n_valid=0, n_test=0)["train"]
+    days = [datetime.date.fromisoformat(t) for _, t in pairs]
+    leap_days = sum(d.month == 2 and d.day == 29 for d in days)
+    month_ends = sum((d + datetime.timedelta(days=1)).day == 1 for d in days)
+    # uniform days would give about 3 leap days and 130 month ends in 4000
+    assert leap_days > 100 and month_ends > 400 and sum(d.day == 1 for d in days) > 400
+
+
+def test_dates_probe_is_every_format_of_fifty_dates_with_edges():
+    probe = tasks.probe_pairs("dates")
+    days = {t for _, t in probe}
+    assert len(probe) == 50 * len(tasks.DATE_FORMATS) and len(days) == 50
+    assert {"2000-02-29", "1950-01-01", "2049-12-31"} <= days
+    for src, tgt in probe:
+        assert _parse_date(src) == {datetime.date.fromisoformat(tgt)}, src
+    with pytest.raises(ValueError, match="no probe"):
+        tasks.probe_pairs("copy")

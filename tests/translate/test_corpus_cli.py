@@ -1,0 +1,139 @@
+"""`train --data` on a corpus in the Tatoeba/Anki download format, end to end, with tiny models."""
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+
+import pytest
+
+from models.translate import grammar
+from models.translate.corpus import group_references, normalise, read_tsv
+from models.translate.run import open_run
+
+from .test_cli import TINY, run_cli
+
+
+def write_anki(path, n_sources=150, seed=0):
+    """English<TAB>French<TAB>attribution lines with BOM and CRLF; every third source has a second
+    translation, and French punctuation spacing is the narrow no-break space."""
+    rng, lines = random.Random(seed), []
+    for i, (english, french) in enumerate(dict(grammar.sample_pair(rng) for _ in range(n_sources)).items()):
+        lines.append(f"{english}\t{french}\u202f!\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i} (CM)")
+        if i % 3 == 0:
+            lines.append(f"{english}\t{french} .\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i} (x)")
+    path.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    data = write_anki(root / "fra.txt")
+    out = root / "run"
+    result = run_cli("train", "--data", str(data), "--out", str(out), "--vocab-size", "120", *TINY)
+    assert result.returncode == 0, result.stderr
+    return data, out, result.stdout
+
+
+def test_anki_columns_are_noted_once_and_the_tokenizers_saved(corpus_run):
+    _, out, stdout = corpus_run
+    assert stdout.count("3 tab-separated columns") == 1
+    assert "bpe -> bpe tokens" in stdout
+    assert (out / "src.model").exists() and (out / "tgt.model").exists()
+    assert json.loads((out / "run.json").read_text())["tokenizers"]["tgt"] == {"kind": "bpe", "file": "tgt.model"}
+
+
+def test_split_is_by_source_with_every_reference(corpus_run):
+    data, out, _ = corpus_run
+    everything = dict(group_references(read_tsv(data)))
+    held_out = read_tsv(out / "test.tsv") + read_tsv(out / "valid.tsv")
+    test_sources = {s for s, _ in read_tsv(out / "test.tsv")}
+    assert not test_sources & {s for s, _ in read_tsv(out / "valid.tsv")}
+    for source, refs in group_references(held_out):  # a held-out source comes with all its translations
+        assert refs == everything[source]
+    assert all(t == normalise(t) and "\u202f" not in t for _, t in held_out)
+
+
+def test_evaluate_counts_sources_and_references(corpus_run):
+    import sacrebleu
+
+    _, out, _ = corpus_run
+    result = run_cli("evaluate", "--checkpoint", str(out), "--json", "--by-length")
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stdout)
+    sources = group_references(read_tsv(out / "test.tsv"))
+    assert metrics["n"] == len(sources) and metrics["references"] == len(read_tsv(out / "test.tsv"))
+    assert sum(n for _, n, _ in metrics["by_length"]) == metrics["n"]
+    outputs = run_cli("translate", "--checkpoint", str(out), stdin="\n".join(s for s, _ in sources) + "\n")
+    hypotheses = outputs.stdout.splitlines()
+    streams = [[refs[k] if k < len(refs) else None for _, refs in sources] for k in range(2)]
+    assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, streams).score)
+    text = run_cli("evaluate", "--checkpoint", str(out)).stdout
+    assert f"({len(sources)} sources, {metrics['references']} references)" in text
+
+
+def test_the_run_directory_is_self_contained(corpus_run, tmp_path):
+    data, out, _ = corpus_run
+    moved = tmp_path / "fra.txt"
+    shutil.move(data, moved)  # the corpus is gone: translate and evaluate need only the run
+    try:
+        picture = tmp_path / "attention.png"
+        result = run_cli("translate", "--checkpoint", str(out), "the small cat sees the dog",
+                         "--attention", str(picture))
+        assert result.returncode == 0, result.stderr
+        assert len(result.stdout.splitlines()) == 1 and picture.exists()
+        assert run_cli("evaluate", "--checkpoint", str(out)).returncode == 0
+    finally:
+        shutil.move(moved, data)
+
+
+def test_unknown_characters_are_reported(corpus_run):
+    _, out, _ = corpus_run
+    result = run_cli("translate", "--checkpoint", str(out), "the cat \u263a")
+    assert result.returncode == 0 and "never occurred in training" in result.stderr
+
+
+def test_shared_vocabulary_ties_the_embeddings(tmp_path):
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    out = tmp_path / "run"
+    result = run_cli("train", "--data", str(data), "--out", str(out), "--shared-vocab", "--tokenizer", "unigram",
+                     "--vocab-size", "150", *TINY)
+    assert result.returncode == 0, result.stderr
+    saved = json.loads((out / "run.json").read_text())
+    config = open_run(out).model.config
+    assert config.tie_embeddings and config.src_vocab == config.tgt_vocab
+    assert saved["tokenizers"]["src"] == saved["tokenizers"]["tgt"] == {"kind": "unigram", "file": "shared.model"}
+    assert run_cli("translate", "--checkpoint", str(out), "the cat").returncode == 0
+
+
+def test_length_filter_is_counted(tmp_path):
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    result = run_cli("train", "--data", str(data), "--out", str(tmp_path / "run"), "--tokenizer", "word",
+                     "--max-tokens", "7", *TINY)
+    assert result.returncode == 0, result.stderr
+    dropped = int(re.search(r"dropped (\d+) training pairs with a side longer than --max-tokens 7", result.stdout)[1])
+    kept = int(re.search(r"training on (\d+) pairs", result.stdout)[1])
+    assert dropped > 0 and kept > 0
+
+
+def test_corpus_command_describes_the_file(tmp_path):
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    result = run_cli("corpus", str(data))
+    assert result.returncode == 0, result.stderr
+    assert "80 pairs, 60 distinct sources" in result.stdout and "ignoring the others" in result.stdout
+    assert "bpe tokens per sentence" in result.stdout
+    missing = run_cli("corpus", str(tmp_path / "none.txt"))
+    assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+def test_swapped_columns_train_the_other_direction(tmp_path):
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    out = tmp_path / "run"
+    result = run_cli("train", "--data", str(data), "--out", str(out), "--src-col", "2", "--tgt-col", "1",
+                     "--tokenizer", "word", *TINY)
+    assert result.returncode == 0, result.stderr
+    source, target = read_tsv(out / "test.tsv")[0]
+    assert source.endswith("!") or source.endswith(".")
+    assert not target.endswith("!")

@@ -1,0 +1,41 @@
+"""Scoring against every reference of a source, checked against direct sacrebleu calls."""
+import pytest
+import sacrebleu
+
+from models.translate.evaluation import by_length, score
+from models.translate.tokenization import Tokenizer
+
+HYPOTHESES = ["C'est vraiment grand.", "Il court vite.", "Je suis là."]
+REFERENCES = [["C'est vraiment balaise.", "C'est vraiment grand."], ["Il court."], ["Me voici.", "Je suis ici.", "J'y suis."]]
+
+
+def test_multi_reference_scores_match_sacrebleu():
+    metrics = score(HYPOTHESES, REFERENCES, Tokenizer("word"))
+    # sacrebleu's own layout: one stream per reference position, None where a source has fewer
+    streams = [["C'est vraiment balaise.", "Il court.", "Me voici."],
+               ["C'est vraiment grand.", None, "Je suis ici."],
+               [None, None, "J'y suis."]]
+    assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, streams).score)
+    assert metrics["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, streams).score)
+    assert (metrics["n"], metrics["references"]) == (3, 6)
+    assert metrics["exact_match"] == pytest.approx(100 / 3)  # the first matches its second reference
+    # words against the closest reference: 3 of 3, 1 of 2 ("court" is not "court."), 2 of 3 ("Je suis")
+    assert metrics["token_accuracy"] == pytest.approx(100 * 6 / 8)
+
+
+def test_more_references_never_lower_bleu():
+    single = score(HYPOTHESES, [refs[:1] for refs in REFERENCES], Tokenizer("word"))
+    assert single["bleu"] < score(HYPOTHESES, REFERENCES, Tokenizer("word"))["bleu"]
+    assert single["exact_match"] == 0
+
+
+def test_character_targets_are_scored_by_character():
+    metrics = score(["1999-03-03"], [["1999-03-04"]], Tokenizer("char"))
+    expected = sacrebleu.corpus_bleu(["1999-03-03"], [["1999-03-04"]], tokenize="char").score
+    assert metrics["bleu"] == pytest.approx(expected) and metrics["bleu"] > 0
+
+
+def test_by_length_buckets_sources_by_their_tokens():
+    table = by_length(["7", "12", "45", "100"], ["seven", "x", "forty five", "one hundred"],
+                      [["seven"], ["twelve"], ["forty five"], ["one hundred"]], Tokenizer("char"))
+    assert table == [(1, 1, 100.0), (2, 2, 50.0), (3, 1, 100.0)]
