@@ -207,7 +207,9 @@ def probe_pairs(name: str, seed: int = 12345) -> list[Pair]:
         days = [FIRST_DATE, LAST_DATE, datetime.date(2000, 2, 29), datetime.date(1952, 2, 29),
                 datetime.date(2048, 2, 29), datetime.date(1999, 2, 28), datetime.date(2000, 3, 1),
                 datetime.date(1999, 12, 31), datetime.date(2000, 1, 1), datetime.date(2021, 4, 30)]
-        days += [_edge_day(rng) for _ in range(15)] + [_random_day(rng) for _ in range(50 - len(days) - 15)]
+        for draw, until in ((_edge_day, 25), (_random_day, 50)):
+            while len(days) < until:
+                days = list(dict.fromkeys(days + [draw(rng)]))  # distinct dates, in drawing order
         return [(fmt(day), day.isoformat()) for fmt in DATE_FORMATS.values() for day in days]
     raise ValueError(f"no probe set for task {name!r}; there are probes for: numbers, dates")
 
