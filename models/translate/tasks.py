@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import datetime
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,39 +35,56 @@ class Task:
         return self.sample(random.Random(0))
 
     def make_splits(self, seed: int, n_train: int, n_valid: int, n_test: int) -> dict[str, list[Pair]]:
-        """Draw train/valid/test pairs that are mutually disjoint by source.
+        """Draw held-out valid/test pairs (distinct sources) and training pairs that never share a source with them.
 
-        The pool of distinct pairs is shuffled before it is cut.  Without the
-        shuffle, whichever split is filled first would collect all the
-        "small" cases (e.g. every one-digit number, which turn up within the
-        first few dozen draws) and the other splits would never see them.
+        Training pairs are drawn from the generator as it is, repeats included, so
+        its distribution survives: `numbers` gives each digit count a sixth of the
+        draws, and the ten one-digit numbers are drawn thousands of times instead of
+        once each, as a list of distinct pairs would have them. Held-out sources come
+        from those the generator produced only once in a pool of distinct draws: a
+        source it keeps repeating (every one- and two-digit number) is one the model
+        must learn, so holding it out would leave it untrained.
         """
         for split, n in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
             if n < 0:
                 raise ValueError(f"{split} must be >= 0, got {n}")
         rng = random.Random(seed)
-        pairs = _draw_distinct(self, rng, n_train + n_valid + n_test)
-        rng.shuffle(pairs)
-        return {
-            "train": pairs[:n_train],
-            "valid": pairs[n_train:n_train + n_valid],
-            "test": pairs[n_train + n_valid:],
-        }
+        pool, counts = _draw_distinct(self, rng, n_train + n_valid + n_test)
+        rare = [pair for pair in pool if counts[pair[0]] == 1]
+        rng.shuffle(rare)
+        if len(rare) < n_valid + n_test:
+            raise ValueError(f"task {self.name!r} has only {len(rare)} rarely drawn sources to hold out, "
+                             f"but {n_valid + n_test} were requested")
+        held_out = rare[:n_valid + n_test]
+        excluded = {source for source, _ in held_out}
+        train: list[Pair] = []
+        for _ in range(20 * n_train + 1000):  # generous; only runs out when held-out covers most of the task
+            if len(train) == n_train:
+                break
+            pair = self.sample(rng)
+            if pair[0] not in excluded:
+                train.append(pair)
+        if len(train) < n_train:
+            raise ValueError(f"task {self.name!r} produced only {len(train)} training pairs outside the held-out "
+                             f"sources, but {n_train} were requested")
+        return {"train": train, "valid": held_out[:n_valid], "test": held_out[n_valid:]}
 
 
-def _draw_distinct(task: Task, rng: random.Random, count: int) -> list[Pair]:
-    """Sample until `count` different sources have been seen (first target wins)."""
+def _draw_distinct(task: Task, rng: random.Random, count: int) -> tuple[list[Pair], Counter]:
+    """Sample until `count` different sources have been seen (first target wins), counting each source."""
     by_source: dict[str, str] = {}
+    counts: Counter = Counter()
     max_draws = 20 * count + 1000  # generous; only hit when the task is too small
     for _ in range(max_draws):
         if len(by_source) == count:
             break
         source, target = task.sample(rng)
         by_source.setdefault(source, target)
+        counts[source] += 1
     if len(by_source) < count:
         raise ValueError(f"task {task.name!r} produced only {len(by_source)} distinct "
                          f"sources in {max_draws} draws, but {count} were requested")
-    return list(by_source.items())
+    return list(by_source.items()), counts
 
 
 # --- copy / reverse / sort -------------------------------------------------

@@ -16,7 +16,7 @@ def test_splits_are_disjoint_by_source_and_sized(name):
     splits = tasks.get_task(name).make_splits(seed=1, **SIZES)
     sources = {split: [s for s, _ in pairs] for split, pairs in splits.items()}
     assert [len(sources[k]) for k in ("train", "valid", "test")] == [300, 50, 50]
-    for split in sources:
+    for split in ("valid", "test"):  # training may repeat what the generator repeats
         assert len(set(sources[split])) == len(sources[split]), f"duplicates in {split}"
     assert not set(sources["test"]) & set(sources["train"])
     assert not set(sources["valid"]) & set(sources["train"])
@@ -261,7 +261,7 @@ def _english_subject_is_plural(words):
 
 def test_grammar_task_has_many_distinct_sentences():
     pairs = tasks.get_task("grammar").make_splits(seed=0, n_train=5000, n_valid=500, n_test=500)
-    assert len({src for split in pairs.values() for src, _ in split}) == 6000
+    assert len({src for src, _ in pairs["train"]}) > 4900  # training draws rarely repeat a sentence
 
 
 # The tables are checked against the regular rules plus a hand-written list of
@@ -312,12 +312,14 @@ def test_every_number_to_one_hundred():
     assert [tasks.number_to_words(n) for n in range(101)] == expected + ["one hundred"]
 
 
-def test_numbers_training_data_holds_every_one_digit_number():
-    pairs = tasks.get_task("numbers").make_splits(seed=0, n_train=2000, n_valid=0, n_test=0)["train"]
-    assert {str(n) for n in range(10)} <= {s for s, _ in pairs}
+def test_numbers_training_data_gives_every_digit_count_its_share():
+    splits = tasks.get_task("numbers").make_splits(seed=0, n_train=6000, n_valid=500, n_test=500)
+    pairs = splits["train"]
+    assert {str(n) for n in range(100)} <= {s for s, _ in pairs}  # every short number is trained on
     counts = [sum(len(s) == d for s, _ in pairs) for d in range(1, 7)]
-    assert counts[0] == 10 and counts[1] > 80  # short numbers drawn often, not a few in a million
-    assert all(c > 250 for c in counts[2:])
+    assert all(800 < c < 1200 for c in counts), counts  # about 1000 each, repeats included
+    held_out = {s for split in ("valid", "test") for s, _ in splits[split]}
+    assert not held_out & {s for s, _ in pairs} and min(map(len, held_out)) >= 3
 
 
 def test_numbers_probe_covers_every_length():
