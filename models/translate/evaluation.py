@@ -108,5 +108,5 @@ def cross_attention(model: Transformer, src, output_ids) -> np.ndarray:
     """
     last = f"decoder.layers.{len(model.decoder.layers) - 1}.cross_attn"
     with tx.no_grad(), attention_maps(model) as maps:
-        model(src, np.concatenate([[BOS_ID], output_ids])[None])
+        model(src, np.array([[BOS_ID, *output_ids]], dtype=np.int64))  # (1, T + 1); an empty output is BOS alone
     return maps[last][-1].numpy()[0]

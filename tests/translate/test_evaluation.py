@@ -1,4 +1,5 @@
 """Scoring against every reference of a source, checked against direct sacrebleu calls."""
+import numpy as np
 import pytest
 import sacrebleu
 
@@ -39,3 +40,13 @@ def test_by_length_buckets_sources_by_their_tokens():
     table = by_length(["7", "12", "45", "100"], ["seven", "x", "forty five", "one hundred"],
                       [["seven"], ["twelve"], ["forty five"], ["one hundred"]], Tokenizer("char"))
     assert table == [(1, 1, 100.0), (2, 2, 50.0), (3, 1, 100.0)]
+
+
+def test_cross_attention_of_an_empty_output_is_the_bos_row():
+    from models import Transformer
+    from models.translate.evaluation import cross_attention
+
+    model = Transformer(8, 8, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16,
+                        dropout=0.0, max_len=16).eval()
+    weights = cross_attention(model, np.array([[4, 5, 6]]), [])  # the model said nothing: only BOS was fed
+    assert weights.shape == (2, 1, 3) and np.allclose(weights.sum(-1), 1)
