@@ -142,12 +142,6 @@ def split_by_source(pairs: list[Pair], seed: int, valid_frac: float = 0.05, test
     return {name: [(s, t) for s, targets in part for t in targets] for name, part in cuts.items()}
 
 
-def length_filter(pairs: list[Pair], lengths: list[tuple[int, int]], max_tokens: int) -> tuple[list[Pair], int]:
-    """The pairs whose source and target both have at most `max_tokens` tokens, and how many were dropped."""
-    kept = [pair for pair, (s, t) in zip(pairs, lengths) if s <= max_tokens and t <= max_tokens]
-    return kept, len(pairs) - len(kept)
-
-
 def percentiles(values: list[int], qs=(50, 90, 99, 100)) -> str:
     """"p50 4, p90 7, p99 11, max 15" (nearest-rank percentiles)."""
     ordered = sorted(values)

@@ -135,12 +135,6 @@ def test_split_rejects_bad_fractions():
         split_by_source(PAIRS, seed=0, valid_frac=0.5, test_frac=0.5)
 
 
-def test_length_filter_counts_what_it_drops():
-    pairs = [("a", "b"), ("c", "d"), ("e", "f")]
-    kept, dropped = corpus.length_filter(pairs, [(3, 3), (4, 2), (2, 5)], max_tokens=4)
-    assert kept == [("a", "b"), ("c", "d")] and dropped == 1
-
-
 def test_percentiles_nearest_rank():
     assert corpus.percentiles(list(range(1, 101))) == "p50 50, p90 90, p99 99, max 100"
     assert corpus.percentiles([7]) == "p50 7, p90 7, p99 7, max 7"

@@ -1,6 +1,7 @@
 """`train --data` on a corpus in the Tatoeba/Anki download format, end to end, with tiny models."""
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -42,7 +43,9 @@ def test_anki_columns_are_noted_once_and_the_tokenizers_saved(corpus_run):
     assert stdout.count("3 tab-separated columns") == 1
     assert "bpe -> bpe tokens" in stdout
     assert (out / "src.model").exists() and (out / "tgt.model").exists()
-    assert json.loads((out / "run.json").read_text())["tokenizers"]["tgt"] == {"kind": "bpe", "file": "tgt.model"}
+    saved = json.loads((out / "run.json").read_text())["tokenizers"]["tgt"]
+    assert (saved["kind"], saved["file"]) == ("bpe", "tgt.model")
+    assert saved["sha256"] == hashlib.sha256((out / "tgt.model").read_bytes()).hexdigest()
 
 
 def test_split_is_by_source_with_every_reference(corpus_run):
@@ -104,16 +107,17 @@ def test_shared_vocabulary_ties_the_embeddings(tmp_path):
     saved = json.loads((out / "run.json").read_text())
     config = open_run(out).model.config
     assert config.tie_embeddings and config.src_vocab == config.tgt_vocab
-    assert saved["tokenizers"]["src"] == saved["tokenizers"]["tgt"] == {"kind": "unigram", "file": "shared.model"}
+    assert saved["tokenizers"]["src"] == saved["tokenizers"]["tgt"]
+    assert (saved["tokenizers"]["src"]["kind"], saved["tokenizers"]["src"]["file"]) == ("unigram", "shared.model")
     assert run_cli("translate", "--checkpoint", str(out), "the cat").returncode == 0
 
 
 def test_length_filter_is_counted(tmp_path):
     data = write_anki(tmp_path / "fra.txt", n_sources=60)
     result = run_cli("train", "--data", str(data), "--out", str(tmp_path / "run"), "--tokenizer", "word",
-                     "--max-tokens", "7", *TINY)
+                     "--max-len", "7", *TINY)
     assert result.returncode == 0, result.stderr
-    dropped = int(re.search(r"dropped (\d+) training pairs with a side longer than --max-tokens 7", result.stdout)[1])
+    dropped = int(re.search(r"left out (\d+) pairs longer than --max-len 7 tokens", result.stdout)[1])
     kept = int(re.search(r"training on (\d+) pairs", result.stdout)[1])
     assert dropped > 0 and kept > 0
 
