@@ -149,16 +149,17 @@ def read_run_json(directory: Path) -> dict:
     return run
 
 
-def save_tokenizers(directory: Path, tokenizers: tuple[Tokenizer, Tokenizer]) -> dict:
-    """Write trained subword models next to the checkpoints; returns their entry for run.json."""
+def tokenizer_files(tokenizers: tuple[Tokenizer, Tokenizer]) -> tuple[dict, dict[str, bytes]]:
+    """run.json's entry for the tokenizers, and the subword model files to write beside it
+    (written after run.json, so a crash between the two leaves a directory `train` knows)."""
     names = ("shared", "shared") if tokenizers[0] is tokenizers[1] else ("src", "tgt")
-    saved = {}
+    entry, files = {}, {}
     for side, name, tokenizer in zip(("src", "tgt"), names, tokenizers):
-        saved[side] = {"kind": tokenizer.kind}
+        entry[side] = {"kind": tokenizer.kind}
         if tokenizer.model is not None:
-            write_atomically(directory / f"{name}.model", lambda f, model=tokenizer.model: f.write(model))
-            saved[side].update(file=f"{name}.model", sha256=sha256(tokenizer.model))
-    return saved
+            files[f"{name}.model"] = tokenizer.model
+            entry[side].update(file=f"{name}.model", sha256=sha256(tokenizer.model))
+    return entry, files
 
 
 def read_tokenizers(directory: Path, run: dict) -> tuple[Tokenizer, Tokenizer]:

@@ -11,7 +11,7 @@ sentencepiece trained 3x faster (0.09 s against 0.26 s for BPE), encoded 2x fast
 and splits punctuation from words, where `tokenizers`' Metaspace BPE keeps `fait.`
 as one token.
 
-The trained model is saved in the run directory (`run.save_tokenizers`), so
+The trained model is saved in the run directory (`run.tokenizer_files`), so
 `translate` needs nothing else.
 """
 from __future__ import annotations

@@ -35,6 +35,7 @@ import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 import tinygrad_tx.functional as F
 from tinygrad_tx import optim
+from tinygrad_tx.serialization import write_atomically
 
 from .corpus import group_references, read_corpus, split_by_source
 from .data import PAD_ID, Batcher, Pair, Vocab, encode_pairs
@@ -42,7 +43,7 @@ from .evaluation import score, translate
 from .plots import plot_curves
 from .run import (RunError, check_new_run_directory, check_vocabularies, fingerprint, load_checkpoint,
                   load_weights, pairs_text, read_held_out, read_metrics, read_run_json, read_tokenizers,
-                  read_vocabs, save_tokenizers, write_run_files, write_text)
+                  read_vocabs, tokenizer_files, write_run_files, write_text)
 from .tasks import TASKS, get_task
 from .tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
@@ -299,12 +300,15 @@ class Trainer:
         if not self.main:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
+        tokenizers, models = tokenizer_files(self.tokenizers)
         vocab = {"src": self.src_vocab.to_dict(), "tgt": self.tgt_vocab.to_dict()}
         write_run_files(self.dir, {
-            "tokenizers": save_tokenizers(self.dir, self.tokenizers), "corpus": {"fingerprint": self.fingerprint},
+            "tokenizers": tokenizers, "corpus": {"fingerprint": self.fingerprint},
             "settings": {k: v for k, v in asdict(self.s).items() if k != "resume"},
         }, {"vocab.json": json.dumps(vocab, indent=2) + "\n", "valid.tsv": pairs_text(self.valid_pairs),
             "test.tsv": pairs_text(self.test_pairs)})
+        for name, model in models.items():
+            write_atomically(self.dir / name, lambda f, model=model: f.write(model))
         write_text(self.dir / "metrics.jsonl", "")
 
     def save(self, name: str) -> None:

@@ -141,3 +141,16 @@ def test_swapped_columns_train_the_other_direction(tmp_path):
     source, target = read_tsv(out / "test.tsv")[0]
     assert source.endswith("!") or source.endswith(".")
     assert not target.endswith("!")
+
+
+@pytest.mark.parametrize("damage", ["deleted", "replaced"])
+def test_a_damaged_tokenizer_model_is_named(corpus_run, tmp_path, damage):
+    _, out, _ = corpus_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    if damage == "deleted":
+        (copy / "tgt.model").unlink()
+    else:
+        shutil.copy(copy / "src.model", copy / "tgt.model")
+    result = run_cli("evaluate", "--checkpoint", str(copy))
+    assert result.returncode == 2 and "tgt.model" in result.stderr and "Traceback" not in result.stderr
