@@ -40,28 +40,47 @@ def corpus(tmp_path: Path) -> Path:
 
 def test_kill_9_at_random_moments_then_resume_gives_the_same_losses(tmp_path):
     data = corpus(tmp_path)
-    settings = ["--data", str(data), *TINY, "--steps", "40", "--eval-every", "5", "--dropout", "0.2"]
+    settings = ["--data", str(data), *TINY, "--steps", "40", "--eval-every", "5", "--log-every", "1",
+                "--dropout", "0.2"]
     cli.main(["train", "--out", str(tmp_path / "whole"), *settings])
 
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
     rng = np.random.default_rng(1)
-    kills = 0
-    for attempt in range(12):
-        resume = ["--resume"] if (out / "last.npz").exists() else []  # killed before any checkpoint: start over
-        process = subprocess.Popen([sys.executable, "-m", "models", "train", "--out", str(out), *settings, *resume],
-                                   cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if attempt < 3:  # three kills at random moments, the startup and the writes included
-            time.sleep(rng.uniform(0.5, 3.0))
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-        _, stderr = process.communicate(timeout=300)
-        if process.returncode == 0:
-            break
-        assert process.returncode == -signal.SIGKILL, stderr
-    assert kills >= 2, "the run ended before it could be killed: the test needs a longer run"
-    assert losses(out) == losses(tmp_path / "whole") and len(losses(out)) == 4
+    # Moments tied to progress, not to the clock, so that every kill lands mid-run on a fast
+    # machine or a slow one: after the k-th logged step (k random, increasing), then a random
+    # fraction of a step more, which may fall into a checkpoint or log write.
+    moments = sorted(rng.choice(np.arange(2, 30), size=3, replace=False))
+    for moment in moments:
+        process = start(out, settings, env)
+        deadline = time.time() + 300
+        while logged_steps(out) < moment and process.poll() is None:
+            assert time.time() < deadline, "the run made no progress"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.05))
+        assert process.poll() is None, f"the run ended before step {moment}: {process.communicate()[1]}"
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=60) == -signal.SIGKILL
+    process = start(out, settings, env)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert losses(out) == losses(tmp_path / "whole") and len(losses(out)) == 40
+
+
+def start(out: Path, settings: list[str], env: dict) -> subprocess.Popen:
+    """`train`, resuming if a checkpoint exists (a kill before the first one starts over)."""
+    resume = ["--resume"] if (out / "last.npz").exists() else []
+    return subprocess.Popen([sys.executable, "-m", "models", "train", "--out", str(out), *settings, *resume],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def logged_steps(run_dir: Path) -> int:
+    """How far the log goes (a resumed run first cuts it back to its checkpoint)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return sum('"loss"' in line for line in lines)
 
 
 # -- damage each file in turn ------------------------------------------------------------------
