@@ -62,9 +62,17 @@ class Backend:
     def seed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def uniform(self, shape: tuple, dtype: Any) -> Any:
-        """Uniform [0, 1) numbers on this device (used for dropout masks)."""
-        return self.from_host(self.rng.random(shape, dtype=np.float32), dtype)
+    def bernoulli_keep(self, shape: tuple, p: float) -> Any:
+        """A boolean array on this device, each element False with probability `p` (dropout).
+
+        Drawn as raw 32-bit integers compared with p·2³², not as floats compared with p:
+        the generator's raw bits come out with no conversion, which halves the cost of
+        a dropout mask on NumPy. The drop probability is p rounded to a multiple of
+        2⁻³² (|error| < 2.4e-10), far below what any number of steps could notice.
+        """
+        n = math.prod(shape)
+        bits = self.rng.bit_generator.random_raw(-(-n // 2)).view(np.uint32)[:n]  # two draws per 64 bits
+        return self.from_host(bits.reshape(shape) >= np.uint32(min(round(p * 2 ** 32), 2 ** 32 - 1)))
 
     def erf(self, x: Any) -> Any:
         """The error function, elementwise (exact GELU needs it; NumPy lacks it)."""
@@ -100,11 +108,32 @@ def _keep_freed_memory() -> None:
     mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1)
 
 
+def _numpy_scatter_add(target: np.ndarray, index: Any, values: np.ndarray) -> None:
+    """`np.add.at`, with a faster path for the Embedding backward's case: one row of `values`
+    per non-negative id in a 1-D `index`.
+
+    `np.add.at` handles one element at a time (0.7 ms for a toy model's 768×64 gradient).
+    Sorting the ids instead (stably, so each id's rows keep their order) makes equal ids
+    neighbours; `np.add.reduceat` sums each run of rows in one call, and the sums go to
+    distinct rows, where plain fancy-index `+=` is exact. About 5× faster at small
+    vocabularies, as fast at 8000 ids (benchmarks/train_step.py, toy and M).
+    """
+    fast = (isinstance(index, np.ndarray) and index.ndim == 1 and index.dtype.kind in "iu" and index.size
+            and values.shape == index.shape + target.shape[1:] and index.min() >= 0)
+    if not fast:
+        np.add.at(target, index, values)
+        return
+    order = np.argsort(index, kind="stable")
+    ids = index[order]  # (N,) sorted
+    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))  # first row of each id
+    target[ids[starts]] += np.add.reduceat(values[order], starts, axis=0)
+
+
 class NumpyBackend(Backend):
     def __init__(self):
         super().__init__("cpu", np, np.ndarray)
         _keep_freed_memory()
-        self._scatter_add = np.add.at
+        self._scatter_add = _numpy_scatter_add
         self._erf = _host_erf()
 
     def from_host(self, array, dtype=None):
@@ -144,9 +173,9 @@ class CupyBackend(Backend):
     def seed(self, seed):
         self.rng = self.xp.random.default_rng(seed)
 
-    def uniform(self, shape, dtype):
+    def bernoulli_keep(self, shape, p):
         # Drawn on the GPU: shipping a mask from the host every step would cost more.
-        return self.rng.random(shape, dtype=self.xp.float32).astype(dtype, copy=False)
+        return self.rng.random(shape, dtype=self.xp.float32) >= p
 
     def to_host(self, array):
         return self.xp.asnumpy(array)

@@ -168,6 +168,28 @@ def test_scatter_add_accumulates_repeated_indices(device):
     rows = backend.xp.zeros((3, 2), dtype=np.float64)
     backend.scatter_add(rows, backend.from_host(np.array([2, 2])), backend.from_host(np.ones((2, 2))))
     np.testing.assert_array_equal(backend.to_host(rows), [[0, 0], [0, 0], [2, 2]])
+    ids, g = np.array([3, 0, 3, 5, 0, 3, -1]), np.arange(14.0).reshape(7, 2)  # unsorted; -1 is row 5
+    for n in (6, 7):  # non-negative ids only (NumPy's sorted path), then with -1 (np.add.at)
+        expected = np.ones((6, 2))
+        for i, row in zip(ids[:n], g[:n]):  # the definition, one row at a time
+            expected[i] += row
+        table = backend.from_host(np.ones((6, 2)))
+        backend.scatter_add(table, backend.from_host(ids[:n]), backend.from_host(g[:n]))
+        np.testing.assert_array_equal(backend.to_host(table), expected)
+
+
+def test_bernoulli_keep_drops_a_fraction_p(device):
+    """The dropout mask's drop rate is p (within 5 standard deviations of a binomial count),
+    for each p, and the two halves of one 64-bit draw are not tied together."""
+    backend, n = tx.get_backend(device), 200_000
+    tx.manual_seed(7)
+    for p in (0.01, 0.1, 0.5, 0.9):
+        keep = backend.to_host(backend.bernoulli_keep((n,), p))
+        assert keep.dtype == bool and keep.shape == (n,)
+        assert abs((~keep).sum() - p * n) < 5 * (n * p * (1 - p)) ** 0.5, p
+    pairs = backend.to_host(backend.bernoulli_keep((n,), 0.5)).reshape(-1, 2)
+    both = (pairs[:, 0] & pairs[:, 1]).sum()  # independent halves: a quarter of the pairs
+    assert abs(both - n / 8) < 5 * (n / 2 * 0.25 * 0.75) ** 0.5
 
 
 def test_manual_seed_gives_the_same_numbers_on_every_device():

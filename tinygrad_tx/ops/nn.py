@@ -26,7 +26,7 @@ def as_ids(ids: Any, device: str, what: str = "ids", ndim: int | None = None) ->
 def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
     """Keep each element with probability 1 - p, scaled by 1/(1 - p): (mask · x) has x's
     expected value, so evaluation needs no rescaling."""
-    return (backend.uniform(shape, dtype) >= p) * np.dtype(dtype).type(1 / (1 - p))
+    return backend.bernoulli_keep(shape, p) * np.dtype(dtype).type(1 / (1 - p))
 
 
 class Embedding(OnceDifferentiable):
