@@ -221,13 +221,22 @@ class Adam(Optimizer):
         if not state:
             state["m"], state["v"] = xp.zeros_like(param), xp.zeros_like(param)
         m, v = state["m"], state["v"]
+        # The formulas above, in place through one scratch array: each `a op b` below is a
+        # pass over the parameter's size that would otherwise allocate its result.
+        tmp = xp.multiply(grad, 1 - beta1, out=xp.empty_like(param))
         m *= beta1
-        m += (1 - beta1) * grad
+        m += tmp
+        xp.multiply(grad, 1 - beta2, out=tmp)
+        tmp *= grad
         v *= beta2
-        v += (1 - beta2) * grad * grad
+        v += tmp
         bias1, bias2 = 1 - beta1 ** self.t, 1 - beta2 ** self.t
-        denom = xp.sqrt(v) / math.sqrt(bias2) + self.eps  # √v̂ + eps
-        param -= (self.lr / bias1) * (m / denom)  # lr · m̂ / (√v̂ + eps)
+        denom = xp.sqrt(v, out=tmp)
+        denom /= math.sqrt(bias2)
+        denom += self.eps  # √v̂ + eps
+        step = xp.divide(m, denom, out=tmp)
+        step *= self.lr / bias1
+        param -= step  # lr · m̂ / (√v̂ + eps)
 
 
 class AdamW(Adam):

@@ -17,6 +17,7 @@ import numpy as np
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
+from .reduce import row_sums
 from .select import as_mask
 
 
@@ -27,7 +28,7 @@ def attention_weights(xp, q, k, keep, scale):
         scores = xp.where(keep, scores, xp.finfo(scores.dtype).min)
     scores -= scores.max(axis=-1, keepdims=True)
     p = xp.exp(scores, out=scores)
-    p /= p.sum(axis=-1, keepdims=True)
+    p /= row_sums(xp, p)
     if keep is not None:
         p *= keep.any(axis=-1, keepdims=True)  # rows with no key: all zero, not uniform
     return p
@@ -66,7 +67,7 @@ class Attention(OnceDifferentiable):
         gp = g @ v.swapaxes(-1, -2)  # (..., Tq, Tk)
         if self.drop is not None:
             gp *= self.drop
-        gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True))  # softmax backward; 0 where blocked
+        gs = p * (gp - row_sums(self.xp, gp * p))  # softmax backward; 0 where blocked
         gs *= q.dtype.type(self.scale)
         gq = gs @ k if self.needs_grad[0] else None  # (..., Tq, d)
         gk = gs.swapaxes(-1, -2) @ q if self.needs_grad[1] else None  # (..., Tk, d)

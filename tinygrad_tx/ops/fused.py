@@ -8,6 +8,7 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
+from .reduce import column_sums, row_sums
 
 
 class Softmax(OnceDifferentiable):
@@ -57,18 +58,18 @@ class LayerNorm(OnceDifferentiable):
     saved = ("rstd", "x_hat")
 
     def forward(self, x, w, b, eps):
-        centred = x - x.mean(axis=-1, keepdims=True)
-        var = (centred * centred).mean(axis=-1, keepdims=True)
+        xp, D = self.xp, x.shape[-1]
+        centred = x - row_sums(xp, x) / D  # (..., D)
+        var = row_sums(xp, centred * centred) / D  # (..., 1)
         self.rstd = 1 / self.xp.sqrt(var + eps)  # (..., 1)
         self.x_hat = centred * self.rstd  # (..., D)
         return self.x_hat * w + b
 
     def backward(self, g, x, w, b):
         x_hat, rstd = self.x_hat, self.rstd
-        lead = tuple(range(g.ndim - 1))
-        gw = (g * x_hat).sum(axis=lead) if self.needs_grad[1] else None  # (D,)
-        gb = g.sum(axis=lead) if self.needs_grad[2] else None  # (D,)
+        xp, D = self.xp, x.shape[-1]
+        gw = column_sums(xp, g * x_hat) if self.needs_grad[1] else None  # (D,)
+        gb = column_sums(xp, g) if self.needs_grad[2] else None  # (D,)
         g_hat = g * w  # (..., D)
-        gx = rstd * (g_hat - g_hat.mean(axis=-1, keepdims=True)
-                     - x_hat * (g_hat * x_hat).mean(axis=-1, keepdims=True))
+        gx = rstd * (g_hat - row_sums(xp, g_hat) / D - x_hat * (row_sums(xp, g_hat * x_hat) / D))
         return gx, gw, gb
