@@ -1,0 +1,177 @@
+"""`tx.jit`: run a step once, record what the engine did, replay the record on raw arrays.
+
+    step = tx.jit(train_step)            # train_step(src, tgt_in, tgt_out) -> loss
+    loss = step(src, tgt_in, tgt_out)    # first two calls with these shapes: eager, and recorded
+    loss = step(src, tgt_in, tgt_out)    # every later call: the record, replayed
+    print(step.tape(src, tgt_in, tgt_out))   # what was recorded
+
+What a compiler sees
+====================
+On a small model most of an eager step is bookkeeping, not arithmetic: a Tensor
+per result, a device check per op, a node per op, the sort of the graph, a shape
+and dtype check per gradient, a dictionary of pending gradients. Yet for one
+*input signature* (argument shapes, dtypes and devices, grad mode, the modules'
+train/eval mode, which captured tensors require grad) that bookkeeping comes out
+the same at every call. So the first call runs eagerly while an instrument (the
+engine's observer list, the one `tx.inspect` uses) writes down everything it
+sees, the second call does the same and must write down the same program, and
+later calls run only the arithmetic. What the instrument sees is exactly what
+this file can replay:
+
+- each op's forward (`op`): its Function class, its params, and where each input
+  comes from: a *slot* written by an earlier op, an argument, a captured tensor
+  (a parameter: its `.data` is read live at each call) or a constant;
+- each backward (`backward_begin` ... `backward_end`): from the recorded inputs
+  of each op the record derives the walk the engine would make (nodes in the
+  same order, each gradient routed to its producer or to a leaf, summed on
+  fan-out in the same order, summed back over broadcast axes), so no sort, no
+  checks, no Tensors are left for the replay;
+- each call that changes state outside the graph (`call`: `optimizer.step()`,
+  `zero_grad()`, `clip_grad_norm`, `schedule.step()`): made again, as it was;
+- each read of a value on the host (`read`: `item()`, `numpy()`, printing): refused.
+
+A replay is then a straight-line program over a list of arrays: make each op's
+Function object, call its `forward` on arrays, call its `backward` on arrays in
+the recorded order, drop every array after its last use (the graph walk's
+releasing, planned once), and make the recorded calls. Randomness is no
+exception: dropout draws from the device's generator inside `forward`, so a
+replay draws fresh masks in the same order as eager execution, and a replayed
+run equals an eager one bit for bit.
+
+What it cannot see (the limits, as with tinygrad's TinyJit)
+===========================================================
+- Python branching on tensor values: a record holds one path. `item()`,
+  `numpy()`, `if t:` or printing a traced tensor while recording raises
+  `JitError`. A branch on raw `.data` is caught only if the two recordings of a
+  signature took different paths (then `JitError`); otherwise it goes unnoticed.
+- Arrays computed outside ops (raw NumPy/CuPy on `.data`) and handed to an op
+  are constants of the record; if the two recordings got different values,
+  `JitError` says so. Masks and ids made with Tensor operations (`ids.ne(pad)`,
+  `&`) are ops, and are replayed with each call's values.
+- Arguments: Tensors (and lists, tuples, dicts of them) are the inputs; a NumPy
+  array is refused (wrap it in a Tensor); a Python number or string is part of
+  the signature, so a new value records anew (keep changing numbers such as the
+  learning rate on the optimizer, not in the arguments).
+- Value checks made by user-facing functions (ids in range) run while
+  recording only; tensor hooks on intermediate results, post-accumulate-grad
+  hooks (DataParallel's all-reduce) and module hooks are refused; `create_graph=True` and `tx.grad` inside the function are refused.
+- Tensors returned are the replay's arrays, without a graph, unless the result
+  still has one that no backward in the function used: then the whole replay is
+  one node (`Replayed`) whose backward runs the recorded walk, so gradients
+  (and `tx.gradcheck`) work through a jitted function.
+- Instruments active during a replay see nothing of it: they saw the recording.
+
+Recording twice is TinyJit's rhythm too (it runs once plain, captures on the
+second call), here used to compare. Records are kept per signature, least
+recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes they hold (their constants:
+a record holds no activations between calls).
+
+Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
+record while the function runs eagerly; `tape.py` is the record itself and its replay.
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import autograd
+from ..nn import Module
+from ..tensor import Tensor
+from .record import JitError, check_same, record
+from .tape import Tape
+
+__all__ = ["jit", "Jitted", "JitError", "Tape"]
+
+def jit(fn: Callable, max_traces: int = 8) -> "Jitted":
+    """Wrap `fn` (Tensors in; forward, backward, optimizer step inside) for record and replay."""
+    if max_traces < 1:
+        raise ValueError(f"jit: max_traces must be at least 1, not {max_traces}")
+    return Jitted(fn, max_traces)
+
+
+class Jitted:
+    """`fn` with a record per input signature; call it as you would call `fn`."""
+
+    def __init__(self, fn: Callable, max_traces: int):
+        self.fn, self.max_traces = fn, max_traces
+        self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
+        self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
+        self._modules = _modules_in_reach(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors: list[Tensor] = []
+        key = self._key(args, kwargs, tensors)
+        tape = self.tapes.get(key)
+        if tape is not None and tape.confirmed and tape.still_valid():
+            self.tapes.move_to_end(key)
+            self.replays += 1
+            return tape.replay(tensors)
+        first = tape if tape is not None and tape.still_valid() else None
+        tape, result = record(self.fn, args, kwargs, tensors, self._modules)
+        if first is not None:  # the second recording of this signature: both must agree
+            check_same(first, tape)
+            tape.confirmed = True
+        self.tapes[key] = tape
+        self.tapes.move_to_end(key)
+        while len(self.tapes) > self.max_traces:
+            self.tapes.popitem(last=False)  # the least recently used signature
+        self.traces += 1
+        return result
+
+    def _key(self, args: tuple, kwargs: dict, tensors: list) -> tuple:
+        return (_signature((args, kwargs), tensors), autograd.is_grad_enabled(),
+                tuple(m.training for m in self._modules))
+
+    def tape(self, *args: Any, **kwargs: Any) -> "Tape | None":
+        """The record these arguments would replay (None if there is none yet)."""
+        return self.tapes.get(self._key(args, kwargs, []))
+
+    def memory(self) -> int:
+        """Bytes held by the records (their constants; no activations are kept between calls)."""
+        return sum(tape.nbytes() for tape in self.tapes.values())
+
+
+# -- signatures ------------------------------------------------------------------------------
+
+def _signature(value: Any, tensors: list) -> Any:
+    """A hashable description of the arguments; their Tensors are appended to `tensors` in order."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return ("T", value.shape, value.dtype.str, value.device, value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, *(_signature(v, tensors) for v in value))
+    if isinstance(value, dict):
+        return ("dict", *((k, _signature(value[k], tensors)) for k in sorted(value)))
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__") and hasattr(value, "shape"):
+        raise JitError("jit: an argument is a raw array; pass a Tensor, so that each call's values are "
+                       "used (a raw array would be read as a constant of the record)")
+    if isinstance(value, Module):
+        return ("Module", id(value), value.training)  # the record captured this module's tensors
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return (type(value).__name__, value)
+    return ("object", id(value))  # an optimizer, say: its identity matters; the record keeps it alive
+
+
+def _modules_in_reach(fn: Callable) -> list[Module]:
+    """Modules `fn` can reach without arguments: `self` of a method, closure cells, globals it
+    names, and their attributes one level down; their train/eval mode joins the signature."""
+    found = [getattr(fn, "__self__", None)]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:  # a cell not yet filled
+            continue
+    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    found += [names[n] for n in (code.co_names if code else ()) if n in names]
+    modules: dict[int, Module] = {}
+    for obj in found:
+        if isinstance(obj, Module):
+            modules[id(obj)] = obj
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
+            modules.update((id(v), v) for v in vars(obj).values() if isinstance(v, Module))
+    return list(modules.values())
+

@@ -1,0 +1,317 @@
+"""Writing a `Tape`: the function runs eagerly under `Recorder`, an instrument that sees
+every op, backward and call the engine makes (see the package docstring for what it can
+and cannot see); `check_same` compares the two recordings of a signature.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..backend import backend_of
+from ..inspect.instrument import Instrument
+from ..nn import Module
+from ..nn.hooks import GLOBAL_HOOKS
+from ..tensor import Tensor
+from .tape import Backward, Call, Node, Op, Tape
+
+
+class JitError(RuntimeError):
+    """What a jitted function did that a replay could not repeat faithfully."""
+
+
+# -- recording twice ---------------------------------------------------------------------------
+
+def check_same(first: Tape, second: Tape) -> None:
+    """Refuse a function whose two recordings of one signature differ: its Python took another
+    path (it branched on values), or an op got an array computed outside ops from the inputs."""
+    a_steps = [("ops", len(s)) if type(s) is list else type(s).__name__ for s in first.program]
+    b_steps = [("ops", len(s)) if type(s) is list else type(s).__name__ for s in second.program]
+    if a_steps != b_steps or len(first.ops) != len(second.ops):
+        raise JitError("jit: two calls with the same signature ran different ops; the function's Python "
+                       "depends on tensor values (a branch on .data?), which a replay cannot follow")
+    for a, b in zip(first.ops, second.ops):
+        where = f"op #{a.index} ({a.cls.__name__})"
+        if a.cls is not b.cls or a.ins != b.ins or a.params.keys() != b.params.keys() or a.dynamic != b.dynamic:
+            raise JitError(f"jit: two calls with the same signature ran different ops (at {where}); the "
+                           "function's Python depends on tensor values, which a replay cannot follow")
+        bound = {name for name, _ in a.dynamic or ()}  # made by an op or an argument: replayed anyway
+        for name, value in a.params.items():
+            if name not in bound and not _same_value(value, b.params[name]):
+                raise JitError(f"jit: the {name!r} of {where} differed between two calls with the same "
+                               "signature: a value computed outside ops from the inputs (raw .data), which "
+                               "a replay would keep fixed. Compute it with Tensor operations")
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if hasattr(a, "shape") and hasattr(b, "shape"):
+        return (a.shape == b.shape and a.dtype == b.dtype
+                and bool(np.array_equal(backend_of(a).to_host(a), backend_of(b).to_host(b))))
+    return type(a) is type(b) and a == b
+
+
+# -- recording -------------------------------------------------------------------------------
+
+def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, modules: list) -> tuple[Tape, Any]:
+    """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
+    _refuse_hooks(modules, args, kwargs)
+    recorder = Recorder(tensors)
+    with recorder:
+        result = fn(*args, **kwargs)
+    tape = recorder.finish(result)
+    tape.keep_alive = [args, kwargs]
+    return tape, result
+
+
+def _refuse_hooks(modules: list, args: tuple, kwargs: dict) -> None:
+    arg_modules = [v for v in (*args, *kwargs.values()) if isinstance(v, Module)]
+    hooked = GLOBAL_HOOKS or any(m._hooks for top in (*modules, *arg_modules) for m in top.modules())
+    if hooked:
+        raise JitError("jit: a module hook is registered; hooks run Python code that a replay would skip. "
+                       "Remove the hooks, or run this function without tx.jit")
+
+
+class Recorder(Instrument):
+    """The instrument that writes a `Tape` while the function runs eagerly."""
+
+    def __init__(self, tensors: list[Tensor]):
+        self.tape = Tape()
+        self.slot_of: dict[int, int] = {}  # id(array) -> slot
+        self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
+        self.leaf_of: dict[int, int] = {}  # id(leaf tensor) -> leaf number
+        self.arg_number = {id(t): i for i, t in enumerate(tensors)}
+        self.alive: list = []  # everything whose id is a key above, so that no id is reused meanwhile
+        self.eager_fns: list = []
+        self.consumed: set[int] = set()  # ops walked by a backward inside the function
+        self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
+        self.walking = 0
+        self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
+        for i, t in enumerate(tensors):
+            if id(t.data) not in self.slot_of:
+                self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
+
+    def _new_slot(self, array: Any, name: str) -> int:
+        slot = self.tape.n_slots
+        self.tape.n_slots += 1
+        self.tape.slot_names.append(name)
+        self.tape.slot_types.append((getattr(array, "shape", ()), getattr(array, "dtype", type(array).__name__)))
+        self.slot_of[id(array)] = slot
+        self.alive.append(array)
+        return slot
+
+    def _source(self, t: Tensor) -> int:
+        slot = self.slot_of.get(id(t.data))
+        if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
+            slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
+            self.tape.captured.append((slot, t))
+            self.alive.append(t)
+        return slot
+
+    def _bind(self, value: Any) -> Any:
+        """("slot", k) for an array some op or argument made, a tuple of bindings, or None (a constant)."""
+        if isinstance(value, tuple):
+            items = [self._bind(v) for v in value]
+            if all(b is None for b in items):
+                return None
+            return ("tuple", tuple(("const", v) if b is None else b for v, b in zip(value, items)))
+        slot = self.slot_of.get(id(value)) if hasattr(value, "shape") else None
+        return None if slot is None else ("slot", slot)
+
+    def _target(self, t: Tensor) -> tuple | None:
+        """Where a gradient for input `t` goes: (True, op number) or (False, leaf number)."""
+        if not t.requires_grad:
+            return None
+        if t.grad_fn is not None:
+            entry = self.entry_of.get(id(t.grad_fn))
+            if entry is None:
+                raise JitError(f"jit: an input of shape {t.shape} was computed outside the function with a graph; "
+                               "a replay cannot backpropagate into it. Compute it inside, or pass it detached")
+            return (True, entry)
+        leaf = self.leaf_of.get(id(t))
+        if leaf is None:
+            if t._ready_hooks:
+                raise JitError("jit: a parameter has a post-accumulate-grad hook (DataParallel with several "
+                               "processes, say), which runs during backward; a replay would skip it")
+            number = self.arg_number.get(id(t))
+            leaf = self.leaf_of[id(t)] = len(self.tape.leaves)
+            self.tape.leaves.append(("arg", number) if number is not None else ("tensor", t))
+            self.alive.append(t)
+        return (False, leaf)
+
+    # -- what the engine shows -----------------------------------------------------------------
+    def op(self, fn, inputs, params, output, recorded) -> None:
+        if self.walking:
+            return  # a leaf's `.grad + g`: part of the walk, which the record derives itself
+        ins = tuple(self._source(t) for t in inputs)
+        dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
+        index = len(self.tape.ops)
+        targets = tuple(self._target(t) for t in inputs) if recorded else None
+        needs_grad = [t.requires_grad for t in inputs] if recorded else None
+        out = self._new_slot(output, f"s{index}")
+        op = Op(index, type(fn), fn.backend, ins, dict(params), dynamic or None, out, needs_grad, targets)
+        self.tape.ops.append(op)
+        self.entry_of[id(fn)] = index
+        self.eager_fns.append(fn)
+        if self.tape.program and type(self.tape.program[-1]) is list:
+            self.tape.program[-1].append(op)
+        else:
+            self.tape.program.append([op])
+
+    def backward_begin(self, root, grad, retain_graph, create_graph, inputs) -> None:
+        if create_graph or inputs is not None:
+            raise JitError("jit: create_graph=True and tx.grad are not supported inside a jitted function")
+        self.walking += 1
+        slot = self.slot_of.get(id(grad.data))
+        seed = ("slot", slot) if slot is not None else ("const", grad.data.copy())
+        if root.grad_fn is None:
+            step = Backward(None, self._target(root)[1], seed, [], root.backend, retain_graph)
+        else:
+            root_entry = self.entry_of.get(id(root.grad_fn))
+            if root_entry is None:
+                raise JitError("jit: backward() from a tensor computed outside the function")
+            nodes = self._walk(root_entry)
+            self.consumed.update(node.index for node in nodes)
+            step = Backward(root_entry, None, seed, nodes, root.backend, retain_graph)
+        self.tape.program.append(step)
+
+    def backward(self, fn, grad, grads, seconds) -> None:
+        self.grad_shapes[self.entry_of[id(fn)]] = [None if g is None else g.shape for g in grads]
+
+    def backward_end(self) -> None:
+        """Now that the walk ran, mark the routes that need a broadcast sum (`sum_to`) and drop
+        that check from the others: the shapes the backward returned are known."""
+        self.walking -= 1
+        step = self.tape.program[-1]
+        for node in step.nodes:
+            shapes = self.grad_shapes.get(node.index)
+            if shapes is not None:
+                node.routes = tuple((i, to_node, where, shape, shapes[i] != shape)
+                                    for i, to_node, where, shape, _ in node.routes)
+
+    def _walk(self, root: int) -> list[Node]:
+        """The nodes the engine visits from op `root`: those reachable through inputs that
+        require grad, by descending op number (= its topological order by sequence number)."""
+        reached, nodes = {root}, []
+        for index in range(root, -1, -1):
+            if index not in reached:
+                continue
+            op, fn = self.tape.ops[index], self.eager_fns[index]
+            if fn.hooks:
+                raise JitError(f"jit: a hook on the result of {op.cls.__name__}; tensor hooks on intermediate "
+                               "results are not replayed")
+            routes = []
+            for i, target in enumerate(op.targets):
+                if target is None:
+                    continue
+                to_node, where = target
+                if to_node:
+                    reached.add(where)
+                routes.append((i, to_node, where, self.tape.slot_types[op.ins[i]][0], True))
+            nodes.append(Node(index, op.ins, tuple(routes)))
+        return nodes
+
+    def call(self, function, args, kwargs, result) -> None:
+        if self.walking:
+            return
+        self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
+        self.call_of[id(result)] = self.tape.calls
+        self.alive.append(result)
+        self.tape.calls += 1
+
+    def read(self, t) -> None:
+        if id(t.data) in self.slot_of:
+            raise JitError(f"jit: the value of a tensor of shape {t.shape} was read (item(), numpy() or print) "
+                           "while recording; a replay cannot follow Python that depends on values. "
+                           "Return the tensor and read it after the call")
+
+    # -- the end -------------------------------------------------------------------------------
+    def finish(self, result: Any) -> Tape:
+        tape = self.tape
+        tape.output = self._output(result)
+        tensors = [t for _, t in tape.captured]
+        tape.guard = (tuple(tensors), [t.requires_grad for t in tensors])
+        self._plan_frees()
+        return tape
+
+    def _output(self, value: Any) -> tuple:
+        if isinstance(value, Tensor):
+            slot = self.slot_of.get(id(value.data))
+            if slot is None:
+                raise JitError(f"jit: the function returned a tensor of shape {value.shape} that no op or "
+                               "argument made; a replay could not give it anew")
+            entry = self.entry_of.get(id(value.grad_fn)) if value.grad_fn is not None else None
+            if entry is not None and entry not in self.consumed:
+                if self.tape.differentiable is not None:
+                    raise JitError("jit: the function returns two results with a graph; return one")
+                self.tape.differentiable = (slot, entry, self._walk(entry))
+            return ("tensor", slot, value.backend)
+        if id(value) in self.call_of:
+            return ("call", self.call_of[id(value)])
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, [self._output(v) for v in value])
+        if isinstance(value, dict):
+            return ("dict", [(k, self._output(v)) for k, v in value.items()])
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return ("const", value)
+        raise JitError(f"jit: the function returned a {type(value).__name__}; return Tensors, numbers "
+                       "or what optimizer calls returned")
+
+    def _plan_frees(self) -> None:
+        """Give each slot back at its last use, as the eager graph lets go of an array once the
+        last node holding it is released: forward reads, backward reads, then never."""
+        tape, last = self.tape, {}
+        keep = set()  # what the result or a later walk outside the function still needs
+        for spec in _slots_in(tape.output):
+            keep.add(spec)
+        if tape.differentiable is not None:
+            keep.add(tape.differentiable[0])
+            keep.update(i for node in tape.differentiable[2] for i in node.ins)
+        for step in tape.program:
+            if type(step) is list:
+                for op in step:
+                    for slot in (*op.ins, *_dynamic_slots(op)):
+                        last[slot] = op
+            elif type(step) is Backward:
+                if step.seed[0] == "slot":
+                    last[step.seed[1]] = step
+                for node in step.nodes:
+                    for slot in node.ins:
+                        last[slot] = node
+        owners: dict[int, list] = {}
+        captured = {slot for slot, _ in tape.captured} | {slot for slot, _ in tape.args}
+        for slot, user in last.items():
+            if slot not in keep and slot not in captured:
+                owners.setdefault(id(user), [user, []])[1].append(slot)
+        for user, slots in owners.values():
+            user.frees = tuple(slots)
+
+
+def _dynamic_slots(op: Op) -> list[int]:
+    out = []
+
+    def walk(binding):
+        kind, ref = binding
+        if kind == "slot":
+            out.append(ref)
+        elif kind == "tuple":
+            for b in ref:
+                walk(b)
+
+    for _, binding in op.dynamic or ():
+        walk(binding)
+    return out
+
+
+def _slots_in(spec: tuple) -> list[int]:
+    kind = spec[0]
+    if kind == "tensor":
+        return [spec[1]]
+    if kind in ("tuple", "list"):
+        return [s for v in spec[1] for s in _slots_in(v)]
+    if kind == "dict":
+        return [s for _, v in spec[1] for s in _slots_in(v)]
+    return []

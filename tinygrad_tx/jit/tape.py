@@ -1,0 +1,281 @@
+"""The record of one signature (`Tape`) and its replay on raw arrays.
+
+A tape is a straight-line program over numbered slots: runs of `Op`s (forwards),
+`Backward`s (the recorded graph walks, as lists of `Node`s) and `Call`s (optimizer
+steps and other state changes), in the order they happened. `record.py` writes it;
+`Tape.run` plays it back, and `Replayed` wraps a whole replay as one node when its
+result is differentiated outside the function.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .. import autograd
+from ..autograd import OnceDifferentiable, _Sink, sum_to
+from ..inspect.instrument import describe
+from ..tensor import Tensor
+
+
+class Op:
+    """One op of the record: `values[out] = cls().forward(*values[ins], **params)`."""
+
+    __slots__ = ("index", "cls", "backend", "ins", "params", "dynamic", "out", "needs_grad", "targets",
+                 "frees", "recorded")
+
+    def __init__(self, index, cls, backend, ins, params, dynamic, out, needs_grad, targets):
+        self.index, self.cls, self.backend = index, cls, backend
+        self.ins, self.params, self.dynamic, self.out = ins, params, dynamic, out
+        self.needs_grad, self.targets = needs_grad, targets  # for ops recorded for backward, else None
+        self.recorded = needs_grad is not None
+        self.frees: tuple = ()  # slots whose last use is this op's forward
+
+
+class Node:
+    """One node of a recorded backward: op `index` gets its gradient from `pending[index]`
+    and sends `grads[i]` on along each route (i, to_node, target, input shape, reduce): to op
+    `target`'s pending gradient or to leaf `target`, summed to the input's shape first if `reduce`."""
+
+    __slots__ = ("index", "ins", "routes", "frees")
+
+    def __init__(self, index, ins, routes):
+        self.index, self.ins, self.routes = index, ins, routes
+        self.frees: tuple = ()  # slots whose last use is this node's backward
+
+
+class Backward:
+    """A backward inside the function: the walk from op `root` (None: the root is leaf `root_leaf`)."""
+
+    def __init__(self, root, root_leaf, seed, nodes, backend, retain_graph):
+        self.root, self.root_leaf, self.seed, self.nodes = root, root_leaf, seed, nodes
+        self.backend, self.retain_graph = backend, retain_graph
+
+
+class Call:
+    """A state change outside the graph, made again at each replay (`optimizer.step()`)."""
+
+    def __init__(self, index, function, args, kwargs):
+        self.index, self.function, self.args, self.kwargs = index, function, args, kwargs
+
+
+class Tape:
+    """One signature's record: a program over numbered slots (see the module docstring)."""
+
+    def __init__(self):
+        self.n_slots = 0
+        self.slot_names: list[str] = []
+        self.slot_types: list[tuple] = []
+        self.args: list[tuple[int, int]] = []  # (slot, argument tensor number)
+        self.captured: list[tuple[int, Tensor]] = []  # (slot, tensor whose .data is read live)
+        self.leaves: list[tuple[str, Any]] = []  # ("arg", number) or ("tensor", tensor)
+        self.ops: list[Op] = []
+        self.program: list = []  # runs of Ops (lists), Backward and Call, in the order they happened
+        self.calls = 0
+        self.output: Any = None
+        self.differentiable: tuple | None = None  # (slot, op, nodes) of a result with a graph left
+        self.keep_alive: list = []  # argument objects whose identity is in the signature
+        self.guard: tuple = ((), [])
+        self.confirmed = False  # recorded twice with the same result: replayed from now on
+
+    # -- replay ----------------------------------------------------------------------------
+    def still_valid(self) -> bool:
+        """Captured tensors still require grad as when recorded (a frozen layer records anew)."""
+        tensors, flags = self.guard
+        return [t.requires_grad for t in tensors] == flags
+
+    def replay(self, tensors: list[Tensor]) -> Any:
+        if self.differentiable is not None and autograd.is_grad_enabled():
+            leaves = [self._leaf(k, tensors) for k in range(len(self.leaves))]
+            return Replayed.apply(*leaves, tape=self, tensors=tensors)
+        values, results, _ = self.run(tensors)
+        return self._build(self.output, values, results, tensors)
+
+    def run(self, tensors: list[Tensor], keep: bool = False) -> tuple[list, list, list]:
+        """Run the program on the arguments' arrays; returns the slots, the calls' results and
+        the op objects (what a later backward outside the function needs, when `keep`)."""
+        values = [None] * self.n_slots
+        for slot, number in self.args:
+            values[slot] = tensors[number].data
+        for slot, t in self.captured:
+            values[slot] = t.data
+        fns: list = [None] * len(self.ops)
+        results: list = [None] * self.calls
+        for step in self.program:
+            if type(step) is list:
+                _forward(step, values, fns, keep)
+            elif type(step) is Backward:
+                self._backward(step, values, fns, tensors)
+            else:
+                results[step.index] = step.function(*step.args, **step.kwargs)
+        return values, results, fns
+
+    def _backward(self, step: Backward, values: list, fns: list, tensors: list) -> None:
+        """A backward inside the function; leaves' gradients are delivered as the engine does."""
+        sink = _Sink(None, step.backend)
+        seed = values[step.seed[1]] if step.seed[0] == "slot" else step.seed[1].copy()
+        if step.root is None:
+            sink.add(self._leaf(step.root_leaf, tensors), seed)
+        else:
+            _walk(step.nodes, step.root, seed, values, fns, lambda k, g: sink.add(self._leaf(k, tensors), g),
+                  release=not step.retain_graph)
+        with autograd.no_grad():
+            sink.finish(False)
+
+    def backward_to_leaves(self, g: Any, values: list, fns: list) -> tuple:
+        """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""
+        _, root, nodes = self.differentiable
+        out: list = [None] * len(self.leaves)
+
+        def to_leaf(k: int, gt: Any) -> None:
+            out[k] = gt if out[k] is None else out[k] + gt
+
+        _walk(nodes, root, g, values, fns, to_leaf, release=False)
+        return tuple(out)
+
+    def _leaf(self, k: int, tensors: list) -> Tensor:
+        kind, ref = self.leaves[k]
+        return tensors[ref] if kind == "arg" else ref
+
+    def _build(self, spec: Any, values: list, results: list, tensors: list) -> Any:
+        kind = spec[0]
+        if kind == "tensor":
+            return Tensor._from_op(values[spec[1]], spec[2])
+        if kind == "call":
+            return results[spec[1]]
+        if kind == "const":
+            return spec[1]
+        if kind == "dict":
+            return {k: self._build(v, values, results, tensors) for k, v in spec[1]}
+        items = [self._build(v, values, results, tensors) for v in spec[1]]
+        return items if kind == "list" else tuple(items)
+
+    # -- looking at it ---------------------------------------------------------------------------
+    def nbytes(self) -> int:
+        """The arrays the record holds: constant params (masks, lifted numbers) and seeds."""
+        constants = [v for op in self.ops for v in op.params.values()]
+        constants += [s.seed[1] for s in self.program if type(s) is Backward and s.seed[0] == "const"]
+        return sum(getattr(v, "nbytes", 0) for v in constants)
+
+    def __str__(self) -> str:
+        names = self.slot_names
+        recorded = sum(op.recorded for op in self.ops)
+        backwards = [s for s in self.program if type(s) is Backward]
+        lines = [f"Tape: {len(self.args)} argument array(s), {len(self.captured)} captured tensor(s), "
+                 f"{self.nbytes()} bytes of constants; {len(self.ops)} ops "
+                 f"({recorded} recorded for backward), {len(backwards)} backward, {self.calls} call(s)"]
+        for step in self.program:
+            if type(step) is list:
+                for op in step:
+                    ins = ", ".join(names[i] for i in op.ins)
+                    params = ", ".join(f"{k}={_short(v)}" for k, v in op.params.items())
+                    mark = "" if op.recorded else "   (no backward)"
+                    lines.append(f"  #{op.index:<4}{op.cls.__name__:<13}({ins}{', ' if params else ''}{params})"
+                                 f" -> {names[op.out]} {describe(*self.slot_types[op.out])}{mark}")
+            elif type(step) is Backward:
+                lines.append(f"  backward from {'#' + str(step.root) if step.root is not None else 'a leaf'}"
+                             f" ({len(step.nodes)} nodes, in this order):")
+                arrived: set = set()
+                lines += [f"    #{node.index:<4}{self.ops[node.index].cls.__name__:<13}"
+                          + ", ".join(self._route_text(r, arrived) for r in node.routes) for node in step.nodes]
+                sums = sum(r[4] for node in step.nodes for r in node.routes)
+                lines.append(f"    ({sums} broadcast gradients summed back to their input's shape; "
+                             "+= marks a gradient added to one that arrived before: fan-out)")
+            else:
+                lines.append(f"  call {step.function.__qualname__}")
+        return "\n".join(lines)
+
+    def _route_text(self, route: tuple, arrived: set) -> str:
+        i, to_node, target, shape, reduce = route
+        where = f"#{target}" if to_node else f"leaf {self._leaf_name(target)}"
+        arrow = "+=" if (to_node, target) in arrived else "->"
+        arrived.add((to_node, target))
+        return f"g{i} {'sum_to ' + str(shape) + ' ' if reduce else ''}{arrow} {where}"
+
+    def _leaf_name(self, k: int) -> str:
+        kind, ref = self.leaves[k]
+        if kind == "arg":
+            return f"arg{ref}"
+        return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
+
+
+def _walk(nodes: list, root: int, seed: Any, values: list, fns: list, to_leaf: Callable, release: bool) -> None:
+    """The graph walk as recorded: each node's backward on arrays, gradients routed, fan-out summed
+    in the engine's order, broadcasts summed back where the recording saw them; with `release`,
+    each node's op object (and what it saved) and its last-used arrays dropped after it."""
+    pending = {root: seed}
+    for node in nodes:
+        g = pending.pop(node.index, None)
+        if g is not None:
+            grads = fns[node.index].backward(g, *[values[i] for i in node.ins])
+            for i, to_node, target, shape, reduce in node.routes:
+                gt = grads[i]
+                if gt is None:
+                    continue
+                if reduce:
+                    gt = sum_to(gt, shape)
+                if not to_node:
+                    to_leaf(target, gt)
+                elif target in pending:
+                    pending[target] = pending[target] + gt  # fan-out: the uses add up
+                else:
+                    pending[target] = gt
+        if release:
+            fns[node.index] = None
+            for slot in node.frees:
+                values[slot] = None
+
+
+def _forward(ops: list, values: list, fns: list, keep: bool) -> None:
+    """A run of recorded forwards: each op object made anew (it keeps what its backward needs)."""
+    for op in ops:
+        fn = op.cls()
+        fn.backend, fn.xp = op.backend, op.backend.xp
+        params = op.params if op.dynamic is None else _bind_params(op, values)
+        values[op.out] = fn.forward(*[values[i] for i in op.ins], **params)
+        if op.recorded:
+            fn.needs_grad = op.needs_grad
+            fns[op.index] = fn
+        if not keep:
+            for slot in op.frees:
+                values[slot] = None
+
+
+def _bind_params(op: Op, values: list) -> dict:
+    """The op's params with this call's arrays (masks, index arrays made from the inputs)."""
+    params = dict(op.params)
+    for name, binding in op.dynamic:
+        params[name] = _bind(binding, values)
+    return params
+
+
+def _bind(binding: Any, values: list) -> Any:
+    kind, ref = binding
+    if kind == "slot":
+        return values[ref]
+    if kind == "const":
+        return ref
+    return tuple(_bind(b, values) for b in ref)
+
+
+def _short(v: Any) -> str:
+    if hasattr(v, "shape") and hasattr(v, "dtype"):
+        return f"<{tuple(v.shape)} {v.dtype}>"
+    if callable(v):
+        return getattr(v, "__name__", type(v).__name__)
+    text = repr(v)
+    return text if len(text) < 30 else text[:27] + "..."
+
+
+class Replayed(OnceDifferentiable, register=False):
+    """A whole replay as one node, when its result is differentiated outside the function: its
+    inputs are the record's leaves (arguments and parameters that take gradients)."""
+
+    saved = ("tape", "values", "fns")
+
+    def forward(self, *leaf_arrays, tape, tensors):
+        self.tape = tape
+        self.values, _, self.fns = tape.run(tensors, keep=True)
+        return self.values[tape.differentiable[0]]
+
+    def backward(self, g, *leaf_arrays):
+        return self.tape.backward_to_leaves(g, self.values, self.fns)
+
