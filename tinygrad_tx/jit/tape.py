@@ -8,7 +8,7 @@ result is differentiated outside the function.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from .. import autograd
 from ..autograd import OnceDifferentiable, _Sink, sum_to
@@ -115,8 +115,8 @@ class Tape:
         if step.root is None:
             sink.add(self._leaf(step.root_leaf, tensors), seed)
         else:
-            _walk(step.nodes, step.root, seed, values, fns, lambda k, g: sink.add(self._leaf(k, tensors), g),
-                  release=not step.retain_graph)
+            for k, g in _walk(step.nodes, step.root, seed, values, fns, len(self.leaves), not step.retain_graph):
+                sink.add(self._leaf(k, tensors), g)
         with autograd.no_grad():
             sink.finish(False)
 
@@ -124,11 +124,8 @@ class Tape:
         """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""
         _, root, nodes = self.differentiable
         out: list = [None] * len(self.leaves)
-
-        def to_leaf(k: int, gt: Any) -> None:
-            out[k] = gt if out[k] is None else out[k] + gt
-
-        _walk(nodes, root, g, values, fns, to_leaf, release=False)
+        for k, gk in _walk(nodes, root, g, values, fns, len(self.leaves), release=False):
+            out[k] = gk
         return tuple(out)
 
     def _leaf(self, k: int, tensors: list) -> Tensor:
@@ -197,13 +194,18 @@ class Tape:
         return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
 
 
-def _walk(nodes: list, root: int, seed: Any, values: list, fns: list, to_leaf: Callable, release: bool) -> None:
+def _walk(nodes: list, root: int, seed: Any, values: list, fns: list, n_leaves: int, release: bool) -> list:
     """The graph walk as recorded: each node's backward on arrays, gradients routed, fan-out summed
     in the engine's order, broadcasts summed back where the recording saw them; with `release`,
-    each node's op object (and what it saved) and its last-used arrays dropped after it."""
-    pending = {root: seed}
+    each node's op object (and what it saved) and its last-used arrays dropped after it.
+    Returns (leaf number, its summed gradient) in the order the leaves first got one, as the
+    engine's sink would hold them."""
+    pending: list = [None] * len(fns)  # op number -> its gradient so far
+    pending[root] = seed
+    to_leaf: list = [None] * n_leaves
+    arrived: list[int] = []
     for node in nodes:
-        g = pending.pop(node.index, None)
+        g, pending[node.index] = pending[node.index], None
         if g is not None:
             grads = fns[node.index].backward(g, *[values[i] for i in node.ins])
             for i, to_node, target, shape, reduce in node.routes:
@@ -212,16 +214,18 @@ def _walk(nodes: list, root: int, seed: Any, values: list, fns: list, to_leaf: C
                     continue
                 if reduce:
                     gt = sum_to(gt, shape)
-                if not to_node:
-                    to_leaf(target, gt)
-                elif target in pending:
-                    pending[target] = pending[target] + gt  # fan-out: the uses add up
+                sums = pending if to_node else to_leaf
+                if sums[target] is not None:
+                    sums[target] = sums[target] + gt  # fan-out: the uses add up (out of place, as the engine)
                 else:
-                    pending[target] = gt
+                    sums[target] = gt
+                    if not to_node:
+                        arrived.append(target)
         if release:
             fns[node.index] = None
             for slot in node.frees:
                 values[slot] = None
+    return [(k, to_leaf[k]) for k in arrived]
 
 
 def _forward(ops: list, values: list, fns: list, keep: bool) -> None:
