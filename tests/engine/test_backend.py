@@ -233,3 +233,23 @@ def test_numpy_returns_a_copy(device):
     host[0] = 50.0
     assert t.numpy()[0] == 1.0
     assert Tensor(np.array([[4.5]]), device=device).item() == 4.5
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 12, 13, 64])
+def test_row_reductions_agree_with_numpy(device, n):
+    """The fused ops' short-row helpers: the max by halving equals NumPy's exactly (also with
+    NaN and ±inf), the sums by products with ones agree with NumPy's sums."""
+    from tinygrad_tx.ops.reduce import column_sums, row_max, row_sums
+
+    backend, rng = tx.get_backend(device), np.random.default_rng(n)
+    x = rng.standard_normal((3, 5, n)).astype(np.float32)
+    x[0, 0, -1], x[0, 1, 0], x[1, 2, n // 2] = np.inf, -np.inf, np.nan
+    xd = backend.from_host(x)
+    np.testing.assert_array_equal(backend.to_host(row_max(backend.xp, xd)), x.max(axis=-1, keepdims=True))
+    row_max(backend.xp, xd)[...] = 99.0  # a new array, also for n = 1: writing it leaves x as it was
+    np.testing.assert_array_equal(backend.to_host(xd), x)
+    finite = backend.from_host(np.nan_to_num(x, posinf=3.0, neginf=-3.0))
+    np.testing.assert_allclose(backend.to_host(row_sums(backend.xp, finite)),
+                               backend.to_host(finite).sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(backend.to_host(column_sums(backend.xp, finite)),
+                               backend.to_host(finite).sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)

@@ -17,7 +17,7 @@ import numpy as np
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
-from .reduce import row_sums
+from .reduce import row_max, row_sums
 from .select import as_mask
 
 
@@ -26,7 +26,7 @@ def attention_weights(xp, q, k, keep, scale):
     scores = (q @ k.swapaxes(-1, -2)) * q.dtype.type(scale)  # (..., Tq, Tk)
     if keep is not None:
         scores = xp.where(keep, scores, xp.finfo(scores.dtype).min)
-    scores -= scores.max(axis=-1, keepdims=True)
+    scores -= row_max(xp, scores)
     p = xp.exp(scores, out=scores)
     p /= row_sums(xp, p)
     if keep is not None:
