@@ -66,9 +66,9 @@ class Backend:
         """A boolean array on this device, each element False with probability `p` (dropout).
 
         Drawn as raw 32-bit integers compared with p·2³², not as floats compared with p:
-        the generator's raw bits come out with no conversion, which halves the cost of
-        a dropout mask on NumPy. The drop probability is p rounded to a multiple of
-        2⁻³² (|error| < 2.4e-10), far below what any number of steps could notice.
+        the generator's raw bits come out with no conversion to float, which made a
+        dropout mask 1.5-2.5× cheaper on NumPy here. The drop probability is p rounded to
+        a multiple of 2⁻³² (|error| < 2.4e-10), far below what any number of steps could notice.
         """
         n = math.prod(shape)
         bits = self.rng.bit_generator.random_raw(-(-n // 2)).view(np.uint32)[:n]  # two draws per 64 bits
@@ -115,8 +115,9 @@ def _numpy_scatter_add(target: np.ndarray, index: Any, values: np.ndarray) -> No
     `np.add.at` handles one element at a time (0.7 ms for a toy model's 768×64 gradient).
     Sorting the ids instead (stably, so each id's rows keep their order) makes equal ids
     neighbours; `np.add.reduceat` sums each run of rows in one call, and the sums go to
-    distinct rows, where plain fancy-index `+=` is exact. About 5× faster at small
-    vocabularies, as fast at 8000 ids (benchmarks/train_step.py, toy and M).
+    distinct rows, where plain fancy-index `+=` is exact. Measured: 0.12 ms instead of 0.7
+    for 768 ids out of 20, the same 6.5 ms for 2048 ids out of 8000. (CuPy's add.at is a
+    fast kernel already; the strict test backend keeps NumPy's add.at.)
     """
     fast = (isinstance(index, np.ndarray) and index.ndim == 1 and index.dtype.kind in "iu" and index.size
             and values.shape == index.shape + target.shape[1:] and index.min() >= 0)
