@@ -3,7 +3,7 @@
 At this size the arithmetic is nothing; what is measured is the Python and
 bookkeeping cost each framework pays per op: creating a node, walking the graph,
 accumulating gradients. tinygrad_tx runs eagerly and under `tx.jit` (the chain
-recorded once, then replayed on raw arrays); all run in the same process.
+recorded once, then replayed on raw arrays), all in the same process, taking turns.
 
     python benchmarks/op_overhead.py [--ops 300] [--repeats 30]
 """
@@ -26,18 +26,19 @@ def chain(x, w, n_ops: int):
     return y.sum()
 
 
-def time_per_op(make_inputs, n_ops: int, repeats: int, step=None) -> float:
-    """Median µs per op (forward + backward) over `repeats` runs, after one warm-up."""
-    step = step or (lambda x, w: chain(x, w, n_ops).backward())
-    samples = []
+def time_per_op(steps: dict, n_ops: int, repeats: int) -> dict:
+    """Median µs per op (forward + backward) of each step over `repeats` runs, after one
+    warm-up; the steps take turns, so that on a shared machine all see the same load.
+    `steps` maps a name to (make_inputs, step)."""
+    samples = {name: [] for name in steps}
     for r in range(repeats + 1):
-        x, w = make_inputs()
-        start = time.perf_counter()
-        step(x, w)
-        elapsed = time.perf_counter() - start
-        if r:
-            samples.append(elapsed)
-    return statistics.median(samples) / (n_ops // 3 * 3 + 1) * 1e6
+        for name, (make_inputs, step) in steps.items():
+            inputs = make_inputs()
+            start = time.perf_counter()
+            step(*inputs)
+            if r:
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) / (n_ops // 3 * 3 + 1) * 1e6 for name, s in samples.items()}
 
 
 def measure(n_ops: int = 300, repeats: int = 30, device: str = "cpu") -> dict:
@@ -48,18 +49,20 @@ def measure(n_ops: int = 300, repeats: int = 30, device: str = "cpu") -> dict:
     def ours():
         return (tx.Tensor(x0, requires_grad=True, device=device), tx.Tensor(w0, requires_grad=True, device=device))
 
-    results = {"tinygrad_tx": time_per_op(ours, n_ops, repeats),
-               "tinygrad_tx+jit": time_per_op(ours, n_ops, repeats, tx.jit(lambda x, w: chain(x, w, n_ops).backward()))}
+    def step(x, w):
+        chain(x, w, n_ops).backward()
+
+    steps = {"tinygrad_tx": (ours, step), "tinygrad_tx+jit": (ours, tx.jit(step))}
     try:
         import torch
     except ImportError:
-        return results
+        return time_per_op(steps, n_ops, repeats)
 
     def theirs():
         return (torch.tensor(x0, requires_grad=True, device=device), torch.tensor(w0, requires_grad=True, device=device))
 
-    results["torch"] = time_per_op(theirs, n_ops, repeats)
-    return results
+    steps["torch"] = (theirs, step)
+    return time_per_op(steps, n_ops, repeats)
 
 
 def main() -> None:
