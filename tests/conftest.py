@@ -16,7 +16,8 @@ DEVICES = ["cpu", "strict", "cuda"]
 # Property-based tests (hypothesis): CI runs a bounded number of examples from a fixed seed, so a
 # run is fast and repeatable; `pytest --hypothesis-profile large tests/engine` searches far more.
 # The `device` and `torch` fixtures do not change between examples, so sharing them is safe.
-_shared = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# No deadlines or speed health checks: this machine is shared, and a slow example is not a wrong one.
+_shared = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=25, derandomize=True, print_blob=True, **_shared)
 settings.register_profile("large", max_examples=2500, **_shared)
 settings.load_profile("ci")
