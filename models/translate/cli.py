@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--data", help="a file of source<TAB>target[<TAB>ignored...] lines (Tatoeba/Anki format too)")
     defaults = TrainSettings()
     for name in ("out", "steps", "batch_size", "d_model", "heads", "layers", "d_ff", "dropout", "lr",
-                 "warmup", "label_smoothing", "seed", "n_train", "max_len", "eval_every", "log_every", "src_col", "tgt_col",
+                 "warmup", "label_smoothing", "seed", "n_train", "max_len", "eval_every", "average", "log_every", "src_col", "tgt_col",
                  "vocab_size"):
         kind = type(getattr(defaults, name)) if getattr(defaults, name) is not None else str
         train.add_argument("--" + name.replace("_", "-"), type=kind, default=None,

@@ -31,7 +31,7 @@ def plot_curves(run_dir: Path) -> bool:
         return False
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if "loss" in r]
-    valid = [r for r in records if "valid_exact_match" in r]
+    valid = [r for r in records if "valid_exact_match" in r and "averaged" not in r]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     left.plot([r["step"] for r in train], [r["loss"] for r in train])
     left.set(xlabel="step", ylabel="training loss (label-smoothed)", yscale="log", title="loss")

@@ -144,30 +144,35 @@ def test_a_truncated_checkpoint_is_reported_and_left_alone(trained, tmp_path):
 
 
 def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
-    """On every device: training, validation (greedy translation and scoring), checkpoints, resume."""
+    """On every device: training, validation (greedy translation and scoring), checkpoints, resume,
+    and checkpoint averaging across the interruption (steps 15, 20 and 24 averaged; stop at 16)."""
     def settings(out, steps):
-        return TrainSettings(task="reverse", out=str(out), steps=steps, eval_every=12, log_every=1,
+        return TrainSettings(task="reverse", out=str(out), steps=steps, eval_every=5, average=3, log_every=1,
                              d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16,
                              n_held_out=20, dropout=0.2, device=device)
 
+    def records(out, key):
+        return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if key in r]
+
     def losses(out):
-        return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
-                if "loss" in json.loads(line)]
+        return [r["loss"] for r in records(out, "loss")]
 
     whole = Trainer(settings(tmp_path / "whole", 24))
     whole.start()
     whole.train(Quiet())
     first = Trainer(settings(tmp_path / "split", 24))
     first.start()
-    first.s.steps = 11  # stop early, as an interruption would; the schedule still spans 24 steps
+    first.s.steps = 16  # stop early, as an interruption would; the schedule still spans 24 steps
     first.train(Quiet())
     first.save("last.npz")
     resumed = Trainer(TrainSettings(**{**vars(settings(tmp_path / "split", 24)), "resume": True}))
     resumed.start()
-    assert resumed.step == 11
+    assert resumed.step == 16 and resumed.average.taken == [15]
     resumed.train(Quiet())
     assert losses(tmp_path / "split") == losses(tmp_path / "whole")
     assert len(losses(tmp_path / "whole")) == 24
+    averaged = records(tmp_path / "whole", "averaged")
+    assert [r["averaged"] for r in averaged] == [3] and records(tmp_path / "split", "averaged") == averaged
     run = open_run(tmp_path / "whole", device)
     assert run.model.device == device and {p.device for p in run.model.parameters()} == {device}
     report = json.loads(run_cli("evaluate", "--checkpoint", str(tmp_path / "whole"), "--json").stdout)
