@@ -70,9 +70,10 @@ def test_evaluate_json_matches_a_recomputation(trained):
     assert set(metrics) == {"exact_match", "token_accuracy", "bleu", "chrf", "n", "references"}
     run = open_run(trained)
     sources = run.held_out("test")
+    from models.translate.cli import BEAM
     from models.translate.evaluation import translate
 
-    outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers)
+    outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers, BEAM)
     exact = 100 * np.mean([o in refs for o, (_, refs) in zip(outputs, sources)])
     assert metrics["n"] == len(sources) and metrics["exact_match"] == pytest.approx(exact)
 
@@ -175,7 +176,7 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
     assert [r["averaged"] for r in averaged] == [3] and records(tmp_path / "split", "averaged") == averaged
     run = open_run(tmp_path / "whole", device)
     assert run.model.device == device and {p.device for p in run.model.parameters()} == {device}
-    report = json.loads(run_cli("evaluate", "--checkpoint", str(tmp_path / "whole"), "--json").stdout)
+    report = json.loads(run_cli("evaluate", "--checkpoint", str(tmp_path / "whole"), "--json", "--beam", "1").stdout)
     from models.translate.evaluation import score, translate
 
     sources = run.held_out("test")
