@@ -22,15 +22,20 @@ from .select import as_mask
 
 
 def attention_weights(xp, q, k, keep, scale):
-    """softmax(q kᵀ · scale) over the kept keys, on raw arrays: (..., Tq, Tk)."""
-    scores = (q @ k.swapaxes(-1, -2)) * q.dtype.type(scale)  # (..., Tq, Tk)
+    """softmax(q kᵀ · scale) over the kept keys, on raw arrays: (..., Tq, Tk).
+
+    Every step after the product works in place on the scores' one buffer, the largest
+    array of attention; a row with no key left is divided by infinity, so comes out all
+    zero, not uniform, without another pass over the weights.
+    """
+    scores = q @ k.swapaxes(-1, -2)  # (..., Tq, Tk)
+    scores *= q.dtype.type(scale)
     if keep is not None:
         scores = xp.where(keep, scores, xp.finfo(scores.dtype).min)
     scores -= row_max(xp, scores)
     p = xp.exp(scores, out=scores)
-    p /= row_sums(xp, p)
-    if keep is not None:
-        p *= keep.any(axis=-1, keepdims=True)  # rows with no key: all zero, not uniform
+    total = row_sums(xp, p)  # (..., Tq, 1)
+    p /= total if keep is None else xp.where(keep.any(axis=-1, keepdims=True), total, xp.inf)
     return p
 
 
@@ -67,7 +72,9 @@ class Attention(OnceDifferentiable):
         gp = g @ v.swapaxes(-1, -2)  # (..., Tq, Tk)
         if self.drop is not None:
             gp *= self.drop
-        gs = p * (gp - row_sums(self.xp, gp * p))  # softmax backward; 0 where blocked
+        gs = gp  # softmax backward, in place: p (gp - Σ gp p); 0 where blocked
+        gs -= row_sums(self.xp, gp * p)
+        gs *= p
         gs *= q.dtype.type(self.scale)
         gq = gs @ k if self.needs_grad[0] else None  # (..., Tq, d)
         gk = gs.swapaxes(-1, -2) @ q if self.needs_grad[1] else None  # (..., Tk, d)

@@ -52,24 +52,32 @@ class LayerNorm(OnceDifferentiable):
     The variance is the biased one, computed in two passes (mean first, then the
     mean of squared deviations): the one-pass E[x²] - E[x]² loses every digit on
     rows whose mean is large compared to their spread. eps sits inside the sqrt,
-    as in PyTorch.
+    as in PyTorch. Forward and backward work in place on the arrays they just made: a
+    layer norm runs on every residual stream, and each full-size temporary spared is a
+    pass over memory spared.
     """
 
     saved = ("rstd", "x_hat")
 
     def forward(self, x, w, b, eps):
         xp, D = self.xp, x.shape[-1]
-        centred = x - row_sums(xp, x) / D  # (..., D)
-        var = row_sums(xp, centred * centred) / D  # (..., 1)
+        x_hat = x - row_sums(xp, x) / D  # (..., D) centred, then scaled in place
+        var = row_sums(xp, x_hat * x_hat) / D  # (..., 1)
         self.rstd = 1 / self.xp.sqrt(var + eps)  # (..., 1)
-        self.x_hat = centred * self.rstd  # (..., D)
-        return self.x_hat * w + b
+        x_hat *= self.rstd  # (..., D)
+        self.x_hat = x_hat
+        y = x_hat * w  # (..., D)
+        y += b
+        return y
 
     def backward(self, g, x, w, b):
         x_hat, rstd = self.x_hat, self.rstd
         xp, D = self.xp, x.shape[-1]
         gw = column_sums(xp, g * x_hat) if self.needs_grad[1] else None  # (D,)
         gb = column_sums(xp, g) if self.needs_grad[2] else None  # (D,)
-        g_hat = g * w  # (..., D)
-        gx = rstd * (g_hat - row_sums(xp, g_hat) / D - x_hat * (row_sums(xp, g_hat * x_hat) / D))
+        gx = g * w  # (..., D) the gradient of x_hat, turned into x's in place below
+        dot = row_sums(xp, gx * x_hat) / D  # (..., 1)
+        gx -= row_sums(xp, gx) / D
+        gx -= x_hat * dot
+        gx *= rstd
         return gx, gw, gb
