@@ -39,6 +39,22 @@ def attention_weights(xp, q, k, keep, scale):
     return p
 
 
+def heads_apart(xp, a, b):
+    """`a @ b` for (..., h, T, n) @ (..., h, n, m), written into memory laid out as (..., T, h, m).
+
+    Heads are split from a (B, T, h·d) projection by a reshape and a transpose, and joined
+    after attention the same way back. With the product laid out so, joining the heads is
+    a free reshape instead of a copy, and so is splitting their gradients back in
+    backward (here q's, k's and v's gradients). Other shapes (no head axis, batch axes
+    that broadcast): a plain `a @ b`.
+    """
+    if a.ndim < 4 or a.shape[:-2] != b.shape[:-2]:
+        return a @ b
+    *batch, h, t, _ = a.shape
+    out = xp.empty((*batch, t, h, b.shape[-1]), dtype=a.dtype)  # (..., T, h, m)
+    return xp.matmul(a, b, out=out.swapaxes(-3, -2))  # (..., h, T, m), a view of out
+
+
 def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
     """The keep-mask (or None): `mask`, and the causal rule if `causal`.
 
@@ -64,20 +80,21 @@ class Attention(OnceDifferentiable):
         else:
             self.drop = None
         self.p_used, self.scale = p, scale
-        return p @ v  # (..., Tq, d_v)
+        return heads_apart(self.xp, p, v)  # (..., Tq, d_v)
 
     def backward(self, g, q, k, v):
         p, p_used = self.p, self.p_used
-        gv = p_used.swapaxes(-1, -2) @ g if self.needs_grad[2] else None  # (..., Tk, d_v)
+        xp = self.xp
+        gv = heads_apart(xp, p_used.swapaxes(-1, -2), g) if self.needs_grad[2] else None  # (..., Tk, d_v)
         gp = g @ v.swapaxes(-1, -2)  # (..., Tq, Tk)
         if self.drop is not None:
             gp *= self.drop
         gs = gp  # softmax backward, in place: p (gp - Σ gp p); 0 where blocked
-        gs -= row_sums(self.xp, gp * p)
+        gs -= row_sums(xp, gp * p)
         gs *= p
         gs *= q.dtype.type(self.scale)
-        gq = gs @ k if self.needs_grad[0] else None  # (..., Tq, d)
-        gk = gs.swapaxes(-1, -2) @ q if self.needs_grad[1] else None  # (..., Tk, d)
+        gq = heads_apart(xp, gs, k) if self.needs_grad[0] else None  # (..., Tq, d)
+        gk = heads_apart(xp, gs.swapaxes(-1, -2), q) if self.needs_grad[1] else None  # (..., Tk, d)
         return gq, gk, gv
 
 
