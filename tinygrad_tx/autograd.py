@@ -34,7 +34,7 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    indexing `g[i]`; methods `.sum(axis=, keepdims=)`, `.reshape`, `.transpose`,
    `.swapaxes`, `.astype`, `.shape`/`.ndim`/`.dtype`; and from `self.xp` only
    the functions `TensorMath` provides (`exp log sqrt tanh sign where
-   broadcast_to`). Under `backward(create_graph=True)` the engine calls the same
+   broadcast_to ones_like`). Under `backward(create_graph=True)` the engine calls the same
    backward with Tensors and `self.xp = TENSOR_MATH`, so every step of the
    gradient is itself recorded. If backward needs more (in-place updates,
    `scatter_add`, any other `xp` function), derive it on raw arrays and subclass
@@ -211,6 +211,7 @@ class TensorMath:
     tanh = staticmethod(lambda x: x.tanh())
     broadcast_to = staticmethod(lambda x, shape: x.expand(shape))
     sign = staticmethod(lambda x: Tensor._from_op(x.backend.xp.sign(x.data), x.backend))  # a constant
+    ones_like = staticmethod(lambda x: Tensor._from_op(x.backend.xp.ones_like(x.data), x.backend))  # a constant
 
     @staticmethod
     def where(cond, a, b):

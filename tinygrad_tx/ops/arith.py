@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..autograd import Function
 from ..tensor import Tensor
+from .reduce import column_sums
 
 
 class Add(Function):
@@ -128,7 +129,7 @@ class Linear(Function):
     def backward(self, g, x, w, b):  # g: (N, out)
         gx = g @ w.T if self.needs_grad[0] else None  # (N, in)
         gw = x.T @ g if self.needs_grad[1] else None  # (in, out)
-        gb = g.sum(axis=0) if self.needs_grad[2] else None  # (out,)
+        gb = column_sums(self.xp, g) if self.needs_grad[2] else None  # (out,)
         return gx, gw, gb
 
 
