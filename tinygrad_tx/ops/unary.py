@@ -63,7 +63,8 @@ class Relu(Function):
         return self.xp.maximum(x, 0)
 
     def backward(self, g, x):
-        return (g * (x > 0),)
+        # the mask cast first: NumPy multiplies float by bool through a slow casting loop
+        return (g * (x > 0).astype(g.dtype),)
 
 
 class Abs(Function):
