@@ -119,13 +119,15 @@ def group_references(pairs: list[Pair]) -> Sources:
 
 
 def split_by_source(pairs: list[Pair], seed: int, valid_frac: float = 0.05, test_frac: float = 0.1,
-                    max_valid: int = 500) -> dict[str, list[Pair]]:
+                    max_valid: int = 500, max_test: int = 2000) -> dict[str, list[Pair]]:
     """Cut pairs into "train", "valid" and "test" so that all pairs of a source land in one split.
 
     Every translation of a training source is kept (exact duplicate pairs once);
     a held-out source is scored against all of its translations. Validation only
     picks the best checkpoint, so it is capped at `max_valid` sources to keep it
-    quick. Every split gets at least one source.
+    quick; the test split at `max_test` (a WMT test set's size: beam search over
+    10% of a 100k-source corpus would take minutes, and what it adds is training
+    data). Every split gets at least one source.
     """
     if not (0 < valid_frac < 1 and 0 < test_frac < 1 and valid_frac + test_frac < 1):
         raise ValueError(f"need 0 < valid_frac, test_frac and valid_frac + test_frac < 1, "
@@ -135,7 +137,7 @@ def split_by_source(pairs: list[Pair], seed: int, valid_frac: float = 0.05, test
     if n < 3:
         raise DataError(f"need at least 3 distinct sources to split, got {n}")
     random.Random(seed).shuffle(sources)
-    n_test = min(max(1, round(n * test_frac)), n - 2)
+    n_test = min(max(1, round(n * test_frac)), max_test, n - 2)
     n_valid = min(max(1, round(n * valid_frac)), max_valid, n - 1 - n_test)
     cuts = {"test": sources[:n_test], "valid": sources[n_test:n_test + n_valid],
             "train": sources[n_test + n_valid:]}

@@ -118,9 +118,9 @@ def test_split_is_deterministic_by_seed():
     assert split_by_source(PAIRS, seed=0) != split_by_source(PAIRS, seed=1)
 
 
-def test_validation_is_capped():
-    splits = split_by_source(PAIRS, seed=0, valid_frac=0.3, max_valid=7)
-    assert len({s for s, _ in splits["valid"]}) == 7
+def test_validation_and_test_are_capped_and_the_rest_trains():
+    splits = split_by_source(PAIRS, seed=0, valid_frac=0.3, test_frac=0.3, max_valid=7, max_test=11)
+    assert [len({s for s, _ in splits[k]}) for k in ("train", "valid", "test")] == [82, 7, 11]
 
 
 def test_split_of_three_sources_gives_one_each_and_fewer_is_an_error():
