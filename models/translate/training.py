@@ -94,12 +94,12 @@ def corpus_defaults(n_pairs: int) -> dict:
     with the vocabulary, so the vocabulary grows with the corpus (about one piece
     per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96 pairs took 0.19 s with
     2200 target pieces and 0.24 s with 6200); about 20 epochs, but no more than 3000
-    steps of 96 pairs. A small
-    corpus gets a small model, which overfits less. On the 18k-pair Tatoeba
-    English-French list this is 2300 pieces per side, 4 heads of a 128-wide model,
-    3 layers and 3000 steps (README: "Your own corpus", which has the measurements
-    behind these choices: batches of 96 beat 64 at the same time, lr 2e-3 beat 1e-3,
-    fewer pieces, a shared vocabulary, more dropout and checkpoint averaging did not pay).
+    steps of 96 pairs. A small corpus gets a small model, which overfits less. On the
+    18k-pair Tatoeba English-French list this is 2300 pieces per side, 4 heads of a
+    128-wide model, 3 layers and 3000 steps (README: "Your own corpus", which has the
+    measurements behind these choices: batches of 96 beat 64 at the same time, lr 2e-3
+    beat 1e-3; fewer pieces, a shared vocabulary, more dropout and checkpoint averaging
+    did not pay).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
