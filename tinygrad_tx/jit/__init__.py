@@ -33,7 +33,10 @@ this file can replay:
 A replay is then a straight-line program over a list of arrays: make each op's
 Function object, call its `forward` on arrays, call its `backward` on arrays in
 the recorded order, drop every array after its last use (the graph walk's
-releasing, planned once), and make the recorded calls. Randomness is no
+releasing, planned once), and make the recorded calls. That program is written
+out as Python source once per record and compiled (`codegen.py`), so a replay
+does not even pay for interpreting the record: `step.tape(x).source()` prints
+it. Randomness is no
 exception: dropout draws from the device's generator inside `forward`, so a
 replay draws fresh masks in the same order as eager execution, and a replayed
 run equals an eager one bit for bit.
@@ -67,7 +70,8 @@ recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes th
 a record holds no activations between calls).
 
 Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
-record while the function runs eagerly; `tape.py` is the record itself and its replay.
+record while the function runs eagerly; `tape.py` is the record itself and its replay;
+`codegen.py` writes a record as the Python function a replay runs.
 """
 from __future__ import annotations
 

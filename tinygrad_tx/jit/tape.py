@@ -3,17 +3,18 @@
 A tape is a straight-line program over numbered slots: runs of `Op`s (forwards),
 `Backward`s (the recorded graph walks, as lists of `Node`s) and `Call`s (optimizer
 steps and other state changes), in the order they happened. `record.py` writes it;
-`Tape.run` plays it back, and `Replayed` wraps a whole replay as one node when its
+`Tape.run` plays it back (as Python written for it by `codegen.py`), and `Replayed` wraps a whole replay as one node when its
 result is differentiated outside the function.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .. import autograd
-from ..autograd import OnceDifferentiable, _Sink, sum_to
+from ..autograd import OnceDifferentiable
 from ..inspect.instrument import describe
 from ..tensor import Tensor
+from .codegen import replay_source, walk_source
 
 
 class Op:
@@ -75,6 +76,7 @@ class Tape:
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
         self.confirmed = False  # recorded twice with the same result: replayed from now on
+        self.functions: dict = {}  # the program compiled to Python, per kind (see `_compiled`)
 
     # -- replay ----------------------------------------------------------------------------
     def still_valid(self) -> bool:
@@ -92,41 +94,22 @@ class Tape:
     def run(self, tensors: list[Tensor], keep: bool = False) -> tuple[list, list, list]:
         """Run the program on the arguments' arrays; returns the slots, the calls' results and
         the op objects (what a later backward outside the function needs, when `keep`)."""
-        values = [None] * self.n_slots
-        for slot, number in self.args:
-            values[slot] = tensors[number].data
-        for slot, t in self.captured:
-            values[slot] = t.data
-        fns: list = [None] * len(self.ops)
-        results: list = [None] * self.calls
-        for step in self.program:
-            if type(step) is list:
-                _forward(step, values, fns, keep)
-            elif type(step) is Backward:
-                self._backward(step, values, fns, tensors)
-            else:
-                results[step.index] = step.function(*step.args, **step.kwargs)
-        return values, results, fns
-
-    def _backward(self, step: Backward, values: list, fns: list, tensors: list) -> None:
-        """A backward inside the function; leaves' gradients are delivered as the engine does."""
-        sink = _Sink(None, step.backend)
-        seed = values[step.seed[1]] if step.seed[0] == "slot" else step.seed[1].copy()
-        if step.root is None:
-            sink.add(self._leaf(step.root_leaf, tensors), seed)
-        else:
-            for k, g in _walk(step.nodes, step.root, seed, values, fns, len(self.leaves), not step.retain_graph):
-                sink.add(self._leaf(k, tensors), g)
-        with autograd.no_grad():
-            sink.finish(False)
+        return self._compiled(keep)(tensors)
 
     def backward_to_leaves(self, g: Any, values: list, fns: list) -> tuple:
         """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""
-        _, root, nodes = self.differentiable
-        out: list = [None] * len(self.leaves)
-        for k, gk in _walk(nodes, root, g, values, fns, len(self.leaves), release=False):
-            out[k] = gk
-        return tuple(out)
+        return tuple(self._compiled("walk")(g, values, fns))
+
+    def _compiled(self, kind: Any) -> Callable:
+        """The program (`keep` False or True) or the walk ("walk") as a Python function, written
+        and compiled at its first use (see `codegen`)."""
+        if kind not in self.functions:
+            self.functions[kind] = (walk_source(self) if kind == "walk" else replay_source(self, kind))[1]
+        return self.functions[kind]
+
+    def source(self, keep: bool = False) -> str:
+        """The Python a replay runs: what the record became (see `codegen`)."""
+        return replay_source(self, keep)[0]
 
     def _leaf(self, k: int, tensors: list) -> Tensor:
         kind, ref = self.leaves[k]
@@ -192,72 +175,6 @@ class Tape:
         if kind == "arg":
             return f"arg{ref}"
         return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
-
-
-def _walk(nodes: list, root: int, seed: Any, values: list, fns: list, n_leaves: int, release: bool) -> list:
-    """The graph walk as recorded: each node's backward on arrays, gradients routed, fan-out summed
-    in the engine's order, broadcasts summed back where the recording saw them; with `release`,
-    each node's op object (and what it saved) and its last-used arrays dropped after it.
-    Returns (leaf number, its summed gradient) in the order the leaves first got one, as the
-    engine's sink would hold them."""
-    pending: list = [None] * len(fns)  # op number -> its gradient so far
-    pending[root] = seed
-    to_leaf: list = [None] * n_leaves
-    arrived: list[int] = []
-    for node in nodes:
-        g, pending[node.index] = pending[node.index], None
-        if g is not None:
-            grads = fns[node.index].backward(g, *[values[i] for i in node.ins])
-            for i, to_node, target, shape, reduce in node.routes:
-                gt = grads[i]
-                if gt is None:
-                    continue
-                if reduce:
-                    gt = sum_to(gt, shape)
-                sums = pending if to_node else to_leaf
-                if sums[target] is not None:
-                    sums[target] = sums[target] + gt  # fan-out: the uses add up (out of place, as the engine)
-                else:
-                    sums[target] = gt
-                    if not to_node:
-                        arrived.append(target)
-        if release:
-            fns[node.index] = None
-            for slot in node.frees:
-                values[slot] = None
-    return [(k, to_leaf[k]) for k in arrived]
-
-
-def _forward(ops: list, values: list, fns: list, keep: bool) -> None:
-    """A run of recorded forwards: each op object made anew (it keeps what its backward needs)."""
-    for op in ops:
-        fn = op.cls()
-        fn.backend, fn.xp = op.backend, op.backend.xp
-        params = op.params if op.dynamic is None else _bind_params(op, values)
-        values[op.out] = fn.forward(*[values[i] for i in op.ins], **params)
-        if op.recorded:
-            fn.needs_grad = op.needs_grad
-            fns[op.index] = fn
-        if not keep:
-            for slot in op.frees:
-                values[slot] = None
-
-
-def _bind_params(op: Op, values: list) -> dict:
-    """The op's params with this call's arrays (masks, index arrays made from the inputs)."""
-    params = dict(op.params)
-    for name, binding in op.dynamic:
-        params[name] = _bind(binding, values)
-    return params
-
-
-def _bind(binding: Any, values: list) -> Any:
-    kind, ref = binding
-    if kind == "slot":
-        return values[ref]
-    if kind == "const":
-        return ref
-    return tuple(_bind(b, values) for b in ref)
 
 
 def _short(v: Any) -> str:

@@ -1,0 +1,161 @@
+"""A tape written out as Python source, so a replay runs as straight-line code.
+
+Interpreting a tape op by op spends more time on the interpreting (fetch the next
+step, look up its inputs, unpack its routes) than a small op spends on arithmetic.
+So, like a compiler's back end, this writes each tape once as a Python function in
+which every op's forward, every backward and every gradient route is its own line,
+with the slot numbers, shapes and routes written in as constants, and lets Python
+compile it. The function does exactly what the engine did, in the same order, so
+a replay still equals eager execution bit for bit. `Tape.source()` shows the code:
+
+    V[7] = f.forward(V[5], V[2])            # #3 Linear -> s3
+    ...
+    gs = F[3].backward(G[3], V[5], V[2])    # #3 Linear
+    gt = gs[0]
+    if gt is not None:
+        G[1] = gt if G[1] is None else G[1] + gt
+
+`V` holds the slots (arrays), `F` the op objects kept for backward, `G` the
+gradients pending at ops, `LG` the summed gradients of the leaves.
+"""
+from __future__ import annotations
+
+import keyword
+from typing import Any, Callable
+
+from .. import autograd
+from ..autograd import _Sink, sum_to
+
+
+_LOCALS = {"run", "walk", "tensors", "g", "V", "F", "R", "G", "LG", "arrived", "f", "gs", "gt", "sink",
+           "leaves", "k"}  # names the generated functions use for their own variables
+
+
+class _Writer:
+    """Lines of source, and the objects they refer to under readable names."""
+
+    def __init__(self, tape):
+        self.tape, self.lines, self.names, self.scope = tape, [], {}, {"Sink": _Sink, "sum_to": sum_to,
+                                                                       "no_grad": autograd.no_grad}
+
+    def __call__(self, line: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + line)
+
+    def name(self, obj: Any, hint: str) -> str:
+        """A name in the function's scope for a constant (op class, backend, params, tensor)."""
+        key = id(obj)
+        if key not in self.names:
+            name = hint if hint not in self.scope and hint not in _LOCALS else f"{hint}{len(self.scope)}"
+            name = name if name.isidentifier() and not keyword.iskeyword(name) else f"k{len(self.scope)}"
+            self.names[key], self.scope[name] = name, obj
+        return self.names[key]
+
+    def leaf(self, k: int) -> str:
+        kind, ref = self.tape.leaves[k]
+        return f"tensors[{ref}]" if kind == "arg" else self.name(ref, f"leaf{k}")
+
+    def binding(self, b: tuple) -> str:
+        kind, ref = b
+        if kind == "slot":
+            return f"V[{ref}]"
+        if kind == "const":
+            return self.name(ref, "const")
+        return "(" + "".join(self.binding(x) + ", " for x in ref) + ")"
+
+    def build(self, fn_name: str) -> Callable:
+        source = "\n".join(self.lines)
+        exec(compile(source, f"<tape {fn_name}>", "exec"), self.scope)
+        return self.scope[fn_name]
+
+
+def replay_source(tape, keep: bool) -> tuple[str, Callable]:
+    """`run(tensors) -> (V, R, F)`: the whole program; with `keep`, forward frees nothing
+    (a backward outside the function still needs what it saved)."""
+    w = _Writer(tape)
+    w.lines.append("def run(tensors):")
+    w(f"V, F, R = [None] * {tape.n_slots}, [None] * {len(tape.ops)}, [None] * {tape.calls}")
+    for slot, number in tape.args:
+        w(f"V[{slot}] = tensors[{number}].data  # {tape.slot_names[slot]}")
+    for slot, t in tape.captured:
+        w(f"V[{slot}] = {w.name(t, tape.slot_names[slot].replace('.', '_'))}.data")
+    for step in tape.program:
+        if type(step) is list:
+            for op in step:
+                _forward(w, op, keep)
+        elif hasattr(step, "nodes"):
+            _backward(w, step)
+        else:
+            function = w.name(step.function, step.function.__name__)
+            w(f"R[{step.index}] = {function}(*{w.name(step.args, 'args')}, **{w.name(step.kwargs, 'kwargs')})")
+    w("return V, R, F")
+    return "\n".join(w.lines), w.build("run")
+
+
+def walk_source(tape) -> tuple[str, Callable]:
+    """`walk(g, V, F) -> leaf gradients`: the recorded walk from the function's differentiable
+    result, run when that result is differentiated outside the function (`Replayed`)."""
+    w = _Writer(tape)
+    slot, root, nodes = tape.differentiable
+    w.lines.append("def walk(g, V, F):")
+    _walk(w, nodes, root, "g", release=False)
+    w("return LG")
+    return "\n".join(w.lines), w.build("walk")
+
+
+def _forward(w: _Writer, op, keep: bool) -> None:
+    cls, backend = w.name(op.cls, op.cls.__name__), w.name(op.backend, op.backend.name)
+    dynamic = dict(op.dynamic or ())
+    args = [f"V[{i}]" for i in op.ins]
+    static = {k: v for k, v in op.params.items() if k not in dynamic}
+    if static:
+        args.append("**" + w.name(static, "params"))
+    args += [f"{k}={w.binding(b)}" for k, b in dynamic.items()]
+    w(f"f = {cls}(); f.backend, f.xp = {backend}, {backend}.xp")
+    w(f"V[{op.out}] = f.forward({', '.join(args)})  # #{op.index} {op.cls.__name__} -> {w.tape.slot_names[op.out]}")
+    if op.recorded:
+        w(f"f.needs_grad = {tuple(op.needs_grad)}; F[{op.index}] = f")
+    if not keep and op.frees:
+        w(" = ".join(f"V[{s}]" for s in op.frees) + " = None")
+
+
+def _backward(w: _Writer, step) -> None:
+    """A backward inside the function: gradients summed per leaf, delivered as the engine does."""
+    seed = f"V[{step.seed[1]}]" if step.seed[0] == "slot" else f"{w.name(step.seed[1], 'seed')}.copy()"
+    backend = w.name(step.backend, step.backend.name)
+    w(f"sink = Sink(None, {backend})")
+    if step.root is None:
+        w(f"sink.add({w.leaf(step.root_leaf)}, {seed})  # backward from a leaf")
+    else:
+        w(f"# backward from #{step.root}")
+        _walk(w, step.nodes, step.root, seed, release=not step.retain_graph)
+        w(f"leaves = ({''.join(w.leaf(k) + ', ' for k in range(len(w.tape.leaves)))})")
+        w("for k in arrived:  # in the order the leaves first got a gradient, as the engine's sink")
+        w("sink.add(leaves[k], LG[k])", 2)
+    w("with no_grad():")
+    w("sink.finish(False)", 2)
+
+
+def _walk(w: _Writer, nodes: list, root: int, seed: str, release: bool) -> None:
+    """The recorded graph walk: each node's backward, its gradients routed on, summed on fan-out
+    in the engine's order and back over broadcast axes; with `release`, op objects and
+    arrays dropped after their last use, as the eager graph releases them."""
+    w(f"G, LG, arrived = [None] * {len(w.tape.ops)}, [None] * {len(w.tape.leaves)}, []")
+    w(f"G[{root}] = {seed}")
+    for node in nodes:
+        i = node.index
+        w(f"if G[{i}] is not None:  # #{i} {w.tape.ops[i].cls.__name__}")
+        w(f"gs = F[{i}].backward(G[{i}], {', '.join(f'V[{s}]' for s in node.ins)})", 2)
+        for k, to_node, target, shape, reduce in node.routes:
+            w(f"gt = gs[{k}]", 2)
+            w("if gt is not None:", 2)
+            if reduce:
+                w(f"gt = sum_to(gt, {shape!r})", 3)
+            if to_node:
+                w(f"G[{target}] = gt if G[{target}] is None else G[{target}] + gt", 3)
+            else:
+                w(f"if LG[{target}] is None:", 3)
+                w(f"LG[{target}] = gt; arrived.append({target})", 4)
+                w("else:", 3)
+                w(f"LG[{target}] = LG[{target}] + gt", 4)
+        frees = [f"F[{i}]", *(f"V[{s}]" for s in node.frees)] if release else []
+        w(" = ".join([f"G[{i}]", *frees]) + " = None")
