@@ -18,24 +18,26 @@ from .masks import token_ids
 from .transformer import Transformer
 
 
-def _log_probs(model: Transformer, tokens: np.ndarray, memory, src, cache) -> np.ndarray:
-    """log p(next token) for each row, with padding ruled out: (B, V) on the host, float64."""
+def _log_probs(model: Transformer, tokens: np.ndarray, memory, src, cache) -> Any:
+    """log p(next token) for each row, with padding ruled out: (B, V) float64, left on the
+    model's device (on a GPU, copying every step's (B, V) scores to the host would cost more
+    than the step; the searches copy only the few ids and scores they keep)."""
     logits = model.decode(tokens, memory, src, cache)[:, -1].astype("float64")  # (B, V)
     is_pad = np.arange(logits.shape[-1]) == model.config.pad_id  # (V,)
-    return logits.masked_fill(is_pad, -np.inf).log_softmax(axis=-1).numpy()
+    return logits.masked_fill(is_pad, -np.inf).log_softmax(axis=-1).data
 
 
 @tx.no_grad()
 def greedy_decode(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int) -> np.ndarray:
     """The most likely next token at every step, until every row has produced EOS."""
-    src = token_ids(src, model.device)
+    src, backend = token_ids(src, model.device), tx.get_backend(model.device)
     memory, cache = model.encode(src), model.new_cache()
     B, pad = src.shape[0], model.config.pad_id
     out = np.full((B, max_len), pad, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
     step, length = np.full((B, 1), bos_id, dtype=np.int64), 0
     while length < max_len and not done.all():
-        step = _log_probs(model, step, memory, src, cache).argmax(axis=-1)[:, None]  # (B, 1)
+        step = backend.to_host(_log_probs(model, step, memory, src, cache).argmax(axis=-1))[:, None]  # (B, 1)
         out[:, length] = np.where(done, pad, step[:, 0])
         done |= step[:, 0] == eos_id
         length += 1
@@ -62,8 +64,8 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
     can still score is its log-probability over the largest penalty it could reach. The
     search stops when every source is done (or at `max_len`).
     """
-    src = token_ids(src, model.device)
-    B, K, pad = src.shape[0], beam_size, model.config.pad_id
+    src, backend = token_ids(src, model.device), tx.get_backend(model.device)
+    xp, B, K, pad = backend.xp, src.shape[0], beam_size, model.config.pad_id
     rows = np.repeat(np.arange(B), K)  # each source once per beam
     src = src[rows]  # (B·K, S)
     memory, cache = model.encode(src), model.new_cache()
@@ -72,11 +74,11 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
     finished = _Finished(B, K, max_len, pad)
     step = np.full((B * K, 1), bos_id, dtype=np.int64)
     for length in range(1, max_len + 1):
-        logp = _log_probs(model, step, memory, src, cache)  # (B·K, V)
+        logp = _log_probs(model, step, memory, src, cache)  # (B·K, V), on the device
         V = logp.shape[-1]
-        candidates = (scores[:, :, None] + logp.reshape(B, K, V)).reshape(B, K * V)
-        top = np.argsort(-candidates, axis=-1, kind="stable")[:, :2 * K]  # (B, 2K): at most K end with EOS
-        top_scores = np.take_along_axis(candidates, top, axis=-1)
+        candidates = (backend.from_host(scores)[:, :, None] + logp.reshape(B, K, V)).reshape(B, K * V)
+        top = xp.argsort(-candidates, axis=-1, kind="stable")[:, :2 * K]  # (B, 2K): at most K end with EOS
+        top, top_scores = backend.to_host(top), backend.to_host(xp.take_along_axis(candidates, top, axis=-1))
         beam, token = top // V, top % V  # (B, 2K)
         grown = np.concatenate([np.take_along_axis(prefixes, beam[:, :, None], axis=1), token[:, :, None]], axis=2)
         ends = token == eos_id

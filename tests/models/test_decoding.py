@@ -182,7 +182,7 @@ class BigramModel:
         for last, nexts in table.items():
             for token, p in nexts.items():
                 self.logp[last, token] = np.log(p)
-        self.config, self.device = type("Config", (), {"pad_id": PAD})(), "cpu"
+        self.config, self.device = type("Config", (), {"pad_id": PAD})(), tx.default_device()
 
     def encode(self, src):
         return None
@@ -214,3 +214,21 @@ def test_beam_search_never_scores_below_greedy_when_junk_ends_early():
     for k in (2, 3, 4):
         beam = beam_search(model, src, 8, BOS, EOS, beam_size=k, length_penalty=0.6)[0]
         assert model.score(beam, 0.6) >= model.score(greedy, 0.6), f"beam {k}: {beam} below greedy {greedy}"
+
+
+def test_decoding_copies_ids_not_scores_to_the_host(monkeypatch):
+    """What comes back to the host per step is B ids (greedy) or each source's 2K best
+    candidates (beam), never the (rows, V) scores: on a GPU that copy would cost more than
+    the step. Counted through the backend's one door to the host."""
+    vocab, B, K = 23, 3, 2
+    model = small(vocab=vocab)
+    model.out.bias.data[EOS] -= 5.0  # long outputs: many steps
+    backend = tx.get_backend(model.device)
+    copied, to_host = [], type(backend).to_host
+    monkeypatch.setattr(type(backend), "to_host", lambda self, a: copied.append(a.shape) or to_host(self, a))
+    src = sources(n=B, vocab=vocab)
+    greedy_decode(model, src, 9, BOS, EOS)
+    assert copied and all(shape == (B,) for shape in copied)
+    copied.clear()
+    beam_search(model, src, 9, BOS, EOS, beam_size=K)
+    assert copied and all(shape == (B, 2 * K) for shape in copied)
