@@ -41,8 +41,10 @@ class CrossEntropy(OnceDifferentiable):
         loss = (1 - eps) * (log_z - picked) + eps * (log_z - mean_shifted)  # (N,)
         if keep is not None:
             loss = xp.where(keep, loss, 0)
-        self.count = max(int(keep.sum()), 1) if reduction == "mean" and keep is not None else (
-            target.size if reduction == "mean" else 1)
+        if reduction == "mean" and keep is not None:  # counted where the data is: no wait for a GPU
+            self.count = xp.maximum(keep.sum(), 1).astype(loss.dtype)
+        else:
+            self.count = target.size if reduction == "mean" else 1
         self.e, self.log_z, self.rows, self.target, self.keep = e, log_z, rows, flat_target, keep
         self.eps, self.reduction = eps, reduction
         if reduction == "none":
