@@ -221,6 +221,34 @@ def test_tape_prints_ops_and_the_backward_schedule():
     assert "leaf arg0" in text and "leaf arg1" in text
 
 
+def test_two_backwards_retained_graph_and_a_leaf_root_replay_like_eager(device):
+    """Each backward is its own recorded walk: one through a retained graph, a second one
+    over it (gradients add up), and one from a leaf, where there is no graph at all."""
+    rng = np.random.default_rng(4)
+    w = tx.Tensor(rng.standard_normal((3, 3)), requires_grad=True, device=device)
+    b = tx.Tensor(rng.standard_normal(3), requires_grad=True, device=device)
+
+    def f(x):
+        h = (x @ w + b).tanh()
+        h.sum().backward(retain_graph=True)
+        (h * h).sum().backward()
+        b.backward(tx.Tensor(np.ones(3), device=device))
+        return h
+
+    def grads_after(run, x):
+        w.grad = b.grad = None
+        out = run(x)
+        return [out.numpy(), w.grad.numpy(), b.grad.numpy()]
+
+    x = tx.Tensor(rng.standard_normal((4, 3)), device=device)
+    eager = grads_after(f, x)
+    jitted = tx.jit(f)
+    for _ in range(4):
+        for got, want in zip(grads_after(jitted, x), eager):
+            np.testing.assert_array_equal(got, want)
+    assert jitted.replays == 2
+
+
 def test_tape_source_is_the_python_a_replay_runs():
     """The printed source is what replays execute: compiled from the text alone, it gives
     eager execution's gradients."""

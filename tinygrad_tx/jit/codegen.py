@@ -65,7 +65,7 @@ class _Writer:
     def build(self, fn_name: str) -> Callable:
         source = "\n".join(self.lines)
         exec(compile(source, f"<tape {fn_name}>", "exec"), self.scope)
-        return self.scope[fn_name]
+        return self.scope.pop(fn_name)  # not left in its own globals: no reference cycle to collect
 
 
 def replay_source(tape, keep: bool) -> tuple[str, Callable]:
