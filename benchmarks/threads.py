@@ -20,7 +20,7 @@ import time
 SETTINGS = ["1", "2", "default"]
 
 
-def worker(config: str, threads: str, steps: int) -> None:
+def worker(config: str, threads: str, steps: int, jit: bool = True) -> None:
     """Print the median seconds of `steps` steps (steps <= 0: run until killed)."""
     from threadpoolctl import threadpool_limits
 
@@ -29,7 +29,7 @@ def worker(config: str, threads: str, steps: int) -> None:
 
     if threads != "default":
         threadpool_limits(int(threads), user_api="blas")
-    step = train_step.ours(train_step.CONFIGS[config], "cpu", jit=True)
+    step = train_step.ours(train_step.CONFIGS[config], "cpu", jit=jit)
     step()
     times = []
     while steps <= 0 or len(times) < steps:
@@ -39,18 +39,20 @@ def worker(config: str, threads: str, steps: int) -> None:
     print(statistics.median(times))
 
 
-def spawn(config: str, threads: str, steps: int, **kwargs) -> subprocess.Popen:
+def spawn(config: str, threads: str, steps: int, jit: bool = True, **kwargs) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    return subprocess.Popen([sys.executable, __file__, "--worker", config, threads, str(steps)],
+    return subprocess.Popen([sys.executable, __file__, "--worker", config, threads, str(steps), str(int(jit))],
                             env=env, text=True, **kwargs)
 
 
-def measure(config: str, threads: str, steps: int, busy: bool) -> float:
-    neighbour = spawn(config, threads, 0, stdout=subprocess.DEVNULL) if busy else None
+def measure(config: str, threads: str, steps: int, busy: bool, jit: bool = True) -> float:
+    """Median seconds per step of a fresh process, alone or beside a second one stepping the same
+    way (as busy as a second training run)."""
+    neighbour = spawn(config, threads, 0, jit, stdout=subprocess.DEVNULL) if busy else None
     try:
         if neighbour:
             time.sleep(3)  # let it build its model and start stepping
-        out = spawn(config, threads, steps, stdout=subprocess.PIPE).communicate()[0]
+        out = spawn(config, threads, steps, jit, stdout=subprocess.PIPE).communicate()[0]
     finally:
         if neighbour:
             neighbour.kill()
@@ -60,7 +62,7 @@ def measure(config: str, threads: str, steps: int, busy: bool) -> float:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="toy")

@@ -9,7 +9,12 @@ sgemm rate, and (with --memory) the peak memory of each, each in a fresh process
 "toy" is the size the translation tasks train at (d_model 64, batches of short sequences).
 The first row is the per-op overhead of `op_overhead.py`, so one run prints every row.
 
-    python benchmarks/train_step.py [--config toy,S,M] [--steps 9] [--memory] [--device cpu|cuda]
+With --all (= --memory --busy --main-job) one run prints every row of the speed table:
+also the toy step beside a second busy process, and the wall time of the README's main
+job, `python -m models train --task reverse`, with the jit and with --no-jit.
+
+    python benchmarks/train_step.py [--config toy,S,M] [--steps 9] [--memory] [--busy] [--main-job] [--all]
+                                    [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -17,13 +22,16 @@ import argparse
 import json
 import resource
 import statistics
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 
 import op_overhead
+import threads
 
 CONFIGS = {
     "toy": dict(d_model=64, heads=4, layers=2, d_ff=256, vocab=20, batch=64, length=12),
@@ -196,16 +204,34 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
     return peak[0] - before
 
 
+def main_job(jit: bool) -> tuple[float, str]:
+    """Wall seconds of `python -m models train --task reverse` in a fresh process (into a
+    temporary run directory), and its held-out report line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "models", "train", "--task", "reverse", "--out", os.path.join(tmp, "run")]
+        start = time.perf_counter()
+        done = subprocess.run(command + ([] if jit else ["--no-jit"]), capture_output=True, text=True, check=True)
+        seconds = time.perf_counter() - start
+    report = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("held-out")]
+    return seconds, report[-1] if report else "(no held-out line)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="toy,S,M", help="comma-separated, from: " + ", ".join(CONFIGS))
     parser.add_argument("--steps", type=int, default=9)
     parser.add_argument("--memory", action="store_true", help="also measure peak memory (fresh processes)")
+    parser.add_argument("--busy", action="store_true", help="also time the toy step beside a second busy process")
+    parser.add_argument("--main-job", action="store_true",
+                        help="also time `python -m models train --task reverse`, jit and --no-jit (about 2 minutes)")
+    parser.add_argument("--all", action="store_true", help="--memory --busy --main-job: every row")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1,
                         help="BLAS threads for NumPy and intra-op threads for PyTorch (default 1: on a "
                              "shared 2-core machine more threads spin against each other)")
     args = parser.parse_args()
+    if args.all:
+        args.memory = args.busy = args.main_job = True
     set_threads(args.threads)
     names = args.config.split(",")
     unknown = [n for n in names if n not in CONFIGS]
@@ -235,6 +261,20 @@ def main() -> None:
                   f"{row['tinygrad_tx_mib']:.0f} MiB (ratio {row['tinygrad_tx_mib'] / row['torch_mib']:.2f}), "
                   f"jit {row['tinygrad_tx+jit_mib']:.0f} MiB (ratio {row['tinygrad_tx+jit_mib'] / row['torch_mib']:.2f})")
         results[name] = row
+    if args.busy:
+        row = {}
+        for mode, jit in (("jit", True), ("eager", False)):
+            alone, beside = (threads.measure("toy", str(args.threads), 15, busy, jit) for busy in (False, True))
+            row[mode] = {"alone_ms": 1e3 * alone, "beside_ms": 1e3 * beside, "slowdown": beside / alone}
+        print(f"toy step beside one busy process ({args.threads} BLAS thread(s), fresh processes): " + "; ".join(
+            f"{mode} {r['alone_ms']:.1f} ms alone, {r['beside_ms']:.1f} ms beside ({r['slowdown']:.2f}x)"
+            for mode, r in row.items()))
+        results["busy"] = row
+    if args.main_job:
+        (jit_s, jit_report), (eager_s, eager_report) = main_job(True), main_job(False)
+        print(f"main job `python -m models train --task reverse`: jit {jit_s:.1f} s, --no-jit {eager_s:.1f} s "
+              f"(ratio {jit_s / eager_s:.2f})\n   jit: {jit_report}\n   --no-jit: {eager_report}")
+        results["main_job"] = {"jit_s": jit_s, "eager_s": eager_s}
     print(json.dumps(results))
 
 
