@@ -82,7 +82,7 @@ def replay_source(tape, keep: bool) -> tuple[str, Callable]:
         if type(step) is list:
             for op in step:
                 _forward(w, op, keep)
-        elif hasattr(step, "nodes"):
+        elif hasattr(step, "nodes"):  # a Backward (tape.py, which imports this module)
             _backward(w, step)
         else:
             function = w.name(step.function, step.function.__name__)
@@ -95,7 +95,7 @@ def walk_source(tape) -> tuple[str, Callable]:
     """`walk(g, V, F) -> leaf gradients`: the recorded walk from the function's differentiable
     result, run when that result is differentiated outside the function (`Replayed`)."""
     w = _Writer(tape)
-    slot, root, nodes = tape.differentiable
+    _, root, nodes = tape.differentiable
     w.lines.append("def walk(g, V, F):")
     _walk(w, nodes, root, "g", release=False)
     w("return LG")
