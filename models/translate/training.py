@@ -268,8 +268,7 @@ class Trainer:
         self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, settings.lr, settings.lr * 0.05)
         src_ids, tgt_ids = encode_pairs(self.train_pairs, self.src_vocab, self.tgt_vocab, self.tokenizers)
         self.batcher = Batcher(src_ids, tgt_ids, settings.batch_size, seed=settings.seed)
-        # data parallelism all-reduces from gradient hooks during backward, which a replay skips
-        self.jit = settings.jit and dist.world_size() == 1
+        self.jit = settings.jit
         if self.jit:
             self.batcher.length_multiple = length_multiple(self.batcher, JIT_SHAPES)
         self.step, self.best, self.warned_no_plot = 0, -1.0, False

@@ -80,6 +80,32 @@ def data_parallel(device: str) -> dict:
             "calls": np.diff([0] + calls), "early_calls": np.diff([0] + early), "profiled_steps": profile.stats["all_reduce"].calls}
 
 
+def data_parallel_jit(device: str) -> dict:
+    """The same six SGD steps eagerly and under tx.jit (two recordings, then four replays)."""
+    out = {}
+    for mode in ("eager", "jit"):
+        tx.manual_seed(dist.rank())
+        model = dist.DataParallel(Net().to(device), bucket_mb=600 / 2 ** 20)
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            loss = ((model(x, use_extra=dist.rank() == 0) - y) ** 2).sum() * (dist.world_size() / 7)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        run, early = tx.jit(step) if mode == "jit" else step, []
+        for i in range(6):
+            x, y = data(i, 7)
+            run(tx.Tensor(x[dist.rank()::2], device=device), tx.Tensor(y[dist.rank()::2], device=device))
+            early.append(model.stats.early)
+        out.update({f"{mode}.{k}": p.numpy() for k, p in model.module.named_parameters()})
+        out[f"{mode}.early"] = np.diff([0] + early)
+    out["replays"] = np.array(run.replays)
+    return out
+
+
 def fails(device: str) -> dict:
     """Rank 1 raises after a first collective; rank 0 goes on to the next one."""
     dist.all_reduce(np.ones(2), op="sum")

@@ -36,7 +36,8 @@ class _Writer:
 
     def __init__(self, tape):
         self.tape, self.lines, self.names, self.scope = tape, [], {}, {"Sink": _Sink, "sum_to": sum_to,
-                                                                       "no_grad": autograd.no_grad}
+                                                                       "no_grad": autograd.no_grad,
+                                                                       "walks": autograd._walks}
 
     def __call__(self, line: str, depth: int = 1) -> None:
         self.lines.append("    " * depth + line)
@@ -97,7 +98,7 @@ def walk_source(tape) -> tuple[str, Callable]:
     w = _Writer(tape)
     _, root, nodes = tape.differentiable
     w.lines.append("def walk(g, V, F):")
-    _walk(w, nodes, root, "g", release=False)
+    _walk(w, nodes, root, "g", release=False, in_function=False)
     w("return LG")
     return "\n".join(w.lines), w.build("walk")
 
@@ -119,43 +120,60 @@ def _forward(w: _Writer, op, keep: bool) -> None:
 
 
 def _backward(w: _Writer, step) -> None:
-    """A backward inside the function: gradients summed per leaf, delivered as the engine does."""
+    """A backward inside the function: gradients summed per leaf, delivered as the engine does
+    (a leaf with a post-accumulate-grad hook as soon as the walk is past its last use, the
+    others at the end), with the sink on the engine's stack of walks for `queue_callback`."""
     seed = f"V[{step.seed[1]}]" if step.seed[0] == "slot" else f"{w.name(step.seed[1], 'seed')}.copy()"
     backend = w.name(step.backend, step.backend.name)
-    w(f"sink = Sink(None, {backend})")
+    w(f"sink = Sink(None, {backend}); walks.append(sink)")
+    w("try:")
     if step.root is None:
-        w(f"sink.add({w.leaf(step.root_leaf)}, {seed})  # backward from a leaf")
+        w(f"sink.add({w.leaf(step.root_leaf)}, {seed})  # backward from a leaf", 2)
     else:
-        w(f"# backward from #{step.root}")
-        _walk(w, step.nodes, step.root, seed, release=not step.retain_graph)
-        w(f"leaves = ({''.join(w.leaf(k) + ', ' for k in range(len(w.tape.leaves)))})")
-        w("for k in arrived:  # in the order the leaves first got a gradient, as the engine's sink")
-        w("sink.add(leaves[k], LG[k])", 2)
-    w("with no_grad():")
-    w("sink.finish(False)", 2)
+        w(f"leaves = ({''.join(w.leaf(k) + ', ' for k in range(len(w.tape.leaves)))})", 2)
+        w(f"# backward from #{step.root}", 2)
+        _walk(w, step.nodes, step.root, seed, release=not step.retain_graph, in_function=True)
+        w("for k in arrived:  # in the order the leaves first got a gradient, as the engine's sink", 2)
+        w("if LG[k] is not None:", 3)
+        w("sink.add(leaves[k], LG[k])", 4)
+    w("with no_grad():", 2)
+    w("sink.finish(False)", 3)
+    w("finally:")
+    w("walks.pop()", 2)
 
 
-def _walk(w: _Writer, nodes: list, root: int, seed: str, release: bool) -> None:
+def _walk(w: _Writer, nodes: list, root: int, seed: str, release: bool, in_function: bool) -> None:
     """The recorded graph walk: each node's backward, its gradients routed on, summed on fan-out
     in the engine's order and back over broadcast axes; with `release`, op objects and
-    arrays dropped after their last use, as the eager graph releases them."""
-    w(f"G, LG, arrived = [None] * {len(w.tape.ops)}, [None] * {len(w.tape.leaves)}, []")
-    w(f"G[{root}] = {seed}")
+    arrays dropped after their last use, as the eager graph releases them. In a backward
+    inside the function (written in a `try:`, with `sink` and `leaves`), a leaf with a
+    post-accumulate-grad hook gets its gradient right after the last node that sends it one."""
+    def line(text: str, indent: int = 0) -> None:
+        w(text, 1 + in_function + indent)
+
+    last_use = {target: node.index for node in nodes for _, to_node, target, _, _ in node.routes if not to_node}
+    line(f"G, LG, arrived = [None] * {len(w.tape.ops)}, [None] * {len(w.tape.leaves)}, []")
+    line(f"G[{root}] = {seed}")
     for node in nodes:
         i = node.index
-        w(f"if G[{i}] is not None:  # #{i} {w.tape.ops[i].cls.__name__}")
-        w(f"gs = F[{i}].backward(G[{i}], {', '.join(f'V[{s}]' for s in node.ins)})", 2)
+        line(f"if G[{i}] is not None:  # #{i} {w.tape.ops[i].cls.__name__}")
+        line(f"gs = F[{i}].backward(G[{i}], {', '.join(f'V[{s}]' for s in node.ins)})", 1)
         for k, to_node, target, shape, reduce in node.routes:
-            w(f"gt = gs[{k}]", 2)
-            w("if gt is not None:", 2)
+            line(f"gt = gs[{k}]", 1)
+            line("if gt is not None:", 1)
             if reduce:
-                w(f"gt = sum_to(gt, {shape!r})", 3)
+                line(f"gt = sum_to(gt, {shape!r})", 2)
             if to_node:
-                w(f"G[{target}] = gt if G[{target}] is None else G[{target}] + gt", 3)
+                line(f"G[{target}] = gt if G[{target}] is None else G[{target}] + gt", 2)
             else:
-                w(f"if LG[{target}] is None:", 3)
-                w(f"LG[{target}] = gt; arrived.append({target})", 4)
-                w("else:", 3)
-                w(f"LG[{target}] = LG[{target}] + gt", 4)
+                line(f"if LG[{target}] is None:", 2)
+                line(f"LG[{target}] = gt; arrived.append({target})", 3)
+                line("else:", 2)
+                line(f"LG[{target}] = LG[{target}] + gt", 3)
         frees = [f"F[{i}]", *(f"V[{s}]" for s in node.frees)] if release else []
-        w(" = ".join([f"G[{i}]", *frees]) + " = None")
+        line(" = ".join([f"G[{i}]", *frees]) + " = None")
+        for k in (k for k, last in last_use.items() if last == i and in_function):
+            line(f"if leaves[{k}]._ready_hooks and LG[{k}] is not None:  # no node left sends it more")
+            line("with no_grad():", 1)
+            line(f"sink._deliver(leaves[{k}], LG[{k}], False)", 2)
+            line(f"LG[{k}] = None", 1)

@@ -133,9 +133,6 @@ class Recorder(Instrument):
             return (True, entry)
         leaf = self.leaf_of.get(id(t))
         if leaf is None:
-            if t._ready_hooks:
-                raise JitError("jit: a parameter has a post-accumulate-grad hook (DataParallel with several "
-                               "processes, say), which runs during backward; a replay would skip it")
             number = self.arg_number.get(id(t))
             leaf = self.leaf_of[id(t)] = len(self.tape.leaves)
             self.tape.leaves.append(("arg", number) if number is not None else ("tensor", t))
