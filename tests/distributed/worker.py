@@ -81,7 +81,7 @@ def data_parallel(device: str) -> dict:
 
 
 def data_parallel_jit(device: str) -> dict:
-    """The same six SGD steps eagerly and under tx.jit (two recordings, then four replays)."""
+    """The same six SGD steps eagerly and under tx.jit (a recording, then five replays)."""
     out = {}
     for mode in ("eager", "jit"):
         tx.manual_seed(dist.rank())

@@ -1,7 +1,7 @@
 """`tx.jit`: run a step once, record what the engine did, replay the record on raw arrays.
 
     step = tx.jit(train_step)            # train_step(src, tgt_in, tgt_out) -> loss
-    loss = step(src, tgt_in, tgt_out)    # first two calls with these shapes: eager, and recorded
+    loss = step(src, tgt_in, tgt_out)    # first call with these shapes: eager, and recorded
     loss = step(src, tgt_in, tgt_out)    # every later call: the record, replayed
     print(step.tape(src, tgt_in, tgt_out))   # what was recorded
 
@@ -14,8 +14,8 @@ and dtype check per gradient, a dictionary of pending gradients. Yet for one
 train/eval mode, which captured tensors require grad) that bookkeeping comes out
 the same at every call. So the first call runs eagerly while an instrument (the
 engine's observer list, the one `tx.inspect` uses) writes down everything it
-sees, the second call does the same and must write down the same program, and
-later calls run only the arithmetic. What the instrument sees is exactly what
+sees, and later calls run only the arithmetic (with `verify=True` the second call
+records as well and must write down the same program). What the instrument sees is exactly what
 this file can replay:
 
 - each op's forward (`op`): its Function class, its params, and where each input
@@ -45,11 +45,11 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
 ===========================================================
 - Python branching on tensor values: a record holds one path. `item()`,
   `numpy()`, `if t:` or printing a traced tensor while recording raises
-  `JitError`. A branch on raw `.data` is caught only if the two recordings of a
-  signature took different paths (then `JitError`); otherwise it goes unnoticed.
-- Arrays computed outside ops (raw NumPy/CuPy on `.data`) and handed to an op
-  are constants of the record; if the two recordings got different values,
-  `JitError` says so. Masks and ids made with Tensor operations (`ids.ne(pad)`,
+  `JitError`. A branch on raw `.data` is not seen; `tx.jit(fn, verify=True)`
+  records the first two calls and raises `JitError` if they took different paths.
+- Arrays computed outside ops (raw NumPy/CuPy on `.data`, or `tx.Tensor(array)`
+  made inside `fn`) are constants of the record; with `verify=True`, two
+  recordings that got different values raise `JitError`. Masks and ids made with Tensor operations (`ids.ne(pad)`,
   `&`) are ops, and are replayed with each call's values.
 - Arguments: Tensors (and lists, tuples, dicts of them) are the inputs; a NumPy
   array is refused (wrap it in a Tensor); a Python number or string is part of
@@ -66,8 +66,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (and `tx.gradcheck`) work through a jitted function.
 - Instruments active during a replay see nothing of it: they saw the recording.
 
-Recording twice is TinyJit's rhythm too (it runs once plain, captures on the
-second call), here used to compare. Records are kept per signature, least
+Recording twice (`verify=True`) is TinyJit's rhythm (it runs once plain and
+captures on the second call), here used to compare; it costs one more eager call
+per signature, so it is for developing a step, not the default. Records are kept per signature, least
 recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes they hold (their constants:
 a record holds no activations between calls).
 
@@ -91,18 +92,19 @@ from .tape import Tape
 
 __all__ = ["jit", "Jitted", "JitError", "Tape"]
 
-def jit(fn: Callable, max_traces: int = 8) -> "Jitted":
-    """Wrap `fn` (Tensors in; forward, backward, optimizer step inside) for record and replay."""
+def jit(fn: Callable, max_traces: int = 8, verify: bool = False) -> "Jitted":
+    """Wrap `fn` (Tensors in; forward, backward, optimizer step inside) for record and replay;
+    `verify` records each signature twice and refuses `fn` if the two records differ."""
     if max_traces < 1:
         raise ValueError(f"jit: max_traces must be at least 1, not {max_traces}")
-    return Jitted(fn, max_traces)
+    return Jitted(fn, max_traces, verify)
 
 
 class Jitted:
     """`fn` with a record per input signature; call it as you would call `fn`."""
 
-    def __init__(self, fn: Callable, max_traces: int):
-        self.fn, self.max_traces = fn, max_traces
+    def __init__(self, fn: Callable, max_traces: int, verify: bool = False):
+        self.fn, self.max_traces, self.verify = fn, max_traces, verify
         self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules = _modules_in_reach(fn)
@@ -118,9 +120,9 @@ class Jitted:
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
         tape, result = record(self.fn, args, kwargs, tensors, self._modules)
-        if first is not None:  # the second recording of this signature: both must agree
+        if first is not None:  # the second recording of this signature (verify): both must agree
             check_same(first, tape)
-            tape.confirmed = True
+        tape.confirmed = first is not None or not self.verify
         self.tapes[key] = tape
         self.tapes.move_to_end(key)
         while len(self.tapes) > self.max_traces:

@@ -75,7 +75,7 @@ class Tape:
         self.differentiable: tuple | None = None  # (slot, op, nodes) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
-        self.confirmed = False  # recorded twice with the same result: replayed from now on
+        self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
         self.functions: dict = {}  # the program compiled to Python, per kind (see `_compiled`)
 
     # -- replay ----------------------------------------------------------------------------
