@@ -98,6 +98,12 @@ class Tensor:
             autograd.show_read(self)
         return self.data.item()
 
+    def __float__(self) -> float:  # float(loss), as with NumPy and PyTorch: one element only
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
     def detach(self) -> "Tensor":
         """The same data, cut off from the graph."""
         return Tensor._from_op(self.data, self.backend)

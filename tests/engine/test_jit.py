@@ -163,8 +163,8 @@ def test_masks_made_from_input_ids_follow_each_call():
 
 
 @pytest.mark.parametrize("positive", [lambda t: t.item() > 0, lambda t: t.numpy().sum() > 0,
-                                      lambda t: bool(t > 0), lambda t: "-" not in str(t)],
-                         ids=["item", "numpy", "if", "print"])
+                                      lambda t: bool(t > 0), lambda t: "-" not in str(t), lambda t: float(t) > 0],
+                         ids=["item", "numpy", "if", "print", "float"])
 def test_control_flow_on_values_is_refused(positive):
     def step(x):
         y = (x * 2).sum()

@@ -53,6 +53,9 @@ def test_truth_value_follows_numpy(device):
             pass
     with pytest.raises(TypeError, match="0-d"):
         len(Tensor(1.0, device=device))
+    assert float(Tensor([2.5], device=device)) == 2.5 and int(Tensor(3.7, device=device)) == 3  # as torch
+    with pytest.raises(ValueError, match="one element"):
+        float(Tensor([1.0, 2.0], device=device))
 
 
 def test_equality_is_elementwise_and_hash_stays_identity(device):
