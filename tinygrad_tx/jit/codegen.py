@@ -34,10 +34,11 @@ _LOCALS = {"run", "walk", "tensors", "g", "V", "F", "R", "G", "LG", "arrived", "
 class _Writer:
     """Lines of source, and the objects they refer to under readable names."""
 
-    def __init__(self, tape):
-        self.tape, self.lines, self.names, self.scope = tape, [], {}, {"Sink": _Sink, "sum_to": sum_to,
-                                                                       "no_grad": autograd.no_grad,
-                                                                       "walks": autograd._walks}
+    def __init__(self, tape, function: str, parameters: str):
+        self.tape, self.function = tape, function
+        self.lines = [f"def {function}({parameters}):"]
+        self.names: dict[int, str] = {}  # id of a constant -> its name in the scope
+        self.scope = {"Sink": _Sink, "sum_to": sum_to, "no_grad": autograd.no_grad, "walks": autograd._walks}
 
     def __call__(self, line: str, depth: int = 1) -> None:
         self.lines.append("    " * depth + line)
@@ -63,17 +64,20 @@ class _Writer:
             return self.name(ref, "const")
         return "(" + "".join(self.binding(x) + ", " for x in ref) + ")"
 
-    def build(self, fn_name: str) -> Callable:
-        source = "\n".join(self.lines)
-        exec(compile(source, f"<tape {fn_name}>", "exec"), self.scope)
-        return self.scope.pop(fn_name)  # not left in its own globals: no reference cycle to collect
+    @property
+    def source(self) -> str:
+        return "\n".join(self.lines)
+
+    def build(self) -> Callable:
+        """Compile the source; the function it defines."""
+        exec(compile(self.source, f"<tape {self.function}>", "exec"), self.scope)
+        return self.scope.pop(self.function)  # not left in its own globals: no reference cycle to collect
 
 
-def replay_source(tape, keep: bool) -> tuple[str, Callable]:
+def write_replay(tape, keep: bool) -> _Writer:
     """`run(tensors) -> (V, R, F)`: the whole program; with `keep`, forward frees nothing
     (a backward outside the function still needs what it saved)."""
-    w = _Writer(tape)
-    w.lines.append("def run(tensors):")
+    w = _Writer(tape, "run", "tensors")
     w(f"V, F, R = [None] * {tape.n_slots}, [None] * {len(tape.ops)}, [None] * {tape.calls}")
     for slot, number in tape.args:
         w(f"V[{slot}] = tensors[{number}].data  # {tape.slot_names[slot]}")
@@ -89,18 +93,17 @@ def replay_source(tape, keep: bool) -> tuple[str, Callable]:
             function = w.name(step.function, step.function.__name__)
             w(f"R[{step.index}] = {function}(*{w.name(step.args, 'args')}, **{w.name(step.kwargs, 'kwargs')})")
     w("return V, R, F")
-    return "\n".join(w.lines), w.build("run")
+    return w
 
 
-def walk_source(tape) -> tuple[str, Callable]:
+def write_walk(tape) -> _Writer:
     """`walk(g, V, F) -> leaf gradients`: the recorded walk from the function's differentiable
     result, run when that result is differentiated outside the function (`Replayed`)."""
-    w = _Writer(tape)
+    w = _Writer(tape, "walk", "g, V, F")
     _, root, nodes = tape.differentiable
-    w.lines.append("def walk(g, V, F):")
     _walk(w, nodes, root, "g", release=False, in_function=False)
     w("return LG")
-    return "\n".join(w.lines), w.build("walk")
+    return w
 
 
 def _forward(w: _Writer, op, keep: bool) -> None:
@@ -152,6 +155,9 @@ def _walk(w: _Writer, nodes: list, root: int, seed: str, release: bool, in_funct
         w(text, 1 + in_function + indent)
 
     last_use = {target: node.index for node in nodes for _, to_node, target, _, _ in node.routes if not to_node}
+    finished_after: dict[int, list[int]] = {}  # node -> leaves no later node sends a gradient
+    for leaf, node in last_use.items():
+        finished_after.setdefault(node, []).append(leaf)
     line(f"G, LG, arrived = [None] * {len(w.tape.ops)}, [None] * {len(w.tape.leaves)}, []")
     line(f"G[{root}] = {seed}")
     for node in nodes:
@@ -172,7 +178,7 @@ def _walk(w: _Writer, nodes: list, root: int, seed: str, release: bool, in_funct
                 line(f"LG[{target}] = LG[{target}] + gt", 3)
         frees = [f"F[{i}]", *(f"V[{s}]" for s in node.frees)] if release else []
         line(" = ".join([f"G[{i}]", *frees]) + " = None")
-        for k in (k for k, last in last_use.items() if last == i and in_function):
+        for k in finished_after.get(i, []) if in_function else []:
             line(f"if leaves[{k}]._ready_hooks and LG[{k}] is not None:  # no node left sends it more")
             line("with no_grad():", 1)
             line(f"sink._deliver(leaves[{k}], LG[{k}], False)", 2)

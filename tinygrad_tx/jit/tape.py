@@ -14,7 +14,7 @@ from .. import autograd
 from ..autograd import OnceDifferentiable
 from ..inspect.instrument import describe
 from ..tensor import Tensor
-from .codegen import replay_source, walk_source
+from .codegen import write_replay, write_walk
 
 
 class Op:
@@ -104,12 +104,12 @@ class Tape:
         """The program (`keep` False or True) or the walk ("walk") as a Python function, written
         and compiled at its first use (see `codegen`)."""
         if kind not in self.functions:
-            self.functions[kind] = (walk_source(self) if kind == "walk" else replay_source(self, kind))[1]
+            self.functions[kind] = (write_walk(self) if kind == "walk" else write_replay(self, kind)).build()
         return self.functions[kind]
 
     def source(self, keep: bool = False) -> str:
         """The Python a replay runs: what the record became (see `codegen`)."""
-        return replay_source(self, keep)[0]
+        return write_replay(self, keep).source  # written again, not compiled
 
     def _leaf(self, k: int, tensors: list) -> Tensor:
         kind, ref = self.leaves[k]
