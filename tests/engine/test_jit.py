@@ -324,3 +324,29 @@ def test_post_accumulate_grad_hooks_run_in_a_replay_as_in_eager():
         assert [name for name, _ in got] == ["w2", "w1", "end"]
         for (_, g), (_, want) in zip(got[:2], runs[0][:2]):
             np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("use", ["embedding", "cross_entropy", "index"])
+def test_a_replay_checks_each_calls_ids_as_eager_does(device, use):
+    """Ids are values, so a record cannot have proved them in range: a negative one would
+    wrap around silently in NumPy (any bad one in CuPy). Each replay refuses them as eager does."""
+    weight = tx.Tensor(np.arange(10.0).reshape(5, 2), requires_grad=True, device=device)
+    uses = {"embedding": lambda ids: F.embedding(ids, weight).sum(),
+            "cross_entropy": lambda ids: F.cross_entropy(weight, ids, ignore_index=PAD),
+            "index": lambda ids: weight[:, ids[:2]].sum()}
+    jitted = tx.jit(uses[use])
+    size = {"embedding": 5, "cross_entropy": 2, "index": 2}[use]
+    good = tx.Tensor(np.array([1, 0, 1, 1, 0]), device=device)
+    assert jitted(good).item() == uses[use](good).item()  # recorded
+    for bad in (-size - 1 if use == "index" else -1, size):
+        ids = tx.Tensor(np.array([1, bad, 1, 1, 0]) if use != "index" else np.array([bad, 0, 1, 1, 0]),
+                        device=device)
+        with pytest.raises(IndexError) as eager:
+            uses[use](ids)
+        with pytest.raises(IndexError) as replayed:
+            jitted(ids)
+        message = str(eager.value).split(": ", 1)[1]  # after "Embedding on inputs of shape ...: "
+        assert message.endswith(f"{bad} is out of range for {'axis 1 of ' if use == 'index' else ''}size {size}")
+        assert str(replayed.value).endswith(message)
+    assert jitted(good).item() == uses[use](good).item()  # a refused call leaves the record usable
+    assert jitted.traces == 1 and jitted.replays == 3

@@ -55,11 +55,13 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   array is refused (wrap it in a Tensor); a Python number or string is part of
   the signature, so a new value records anew (keep changing numbers such as the
   learning rate on the optimizer, not in the arguments).
-- Value checks made by user-facing functions (ids in range) run while
-  recording only; tensor hooks on intermediate results and module hooks are
-  refused, as are `create_graph=True` and `tx.grad` inside the function. Hooks on
-  leaves run in a replay as in eager backward: post-accumulate-grad hooks
-  (DataParallel's all-reduces) as soon as the walk is past a parameter's last use.
+- Checks of values run at every call, since the ops make them in `forward`
+  (ids in range for embedding, cross-entropy and indexing); checks of shapes and
+  dtypes, which the signature fixes, ran while recording only.
+- Tensor hooks on intermediate results and module hooks are refused, as are
+  `create_graph=True` and `tx.grad` inside the function. Hooks on leaves run in
+  a replay as in eager backward: post-accumulate-grad hooks (DataParallel's
+  all-reduces) as soon as the walk is past a parameter's last use.
 - Tensors returned are the replay's arrays, without a graph, unless the result
   still has one that no backward in the function used: then the whole replay is
   one node (`Replayed`) whose backward runs the recorded walk, so gradients

@@ -32,6 +32,7 @@ class CrossEntropy(OnceDifferentiable):
         keep = flat_target != ignore_index if ignore_index is not None else None  # (N,)
         if keep is not None:
             flat_target = xp.where(keep, flat_target, 0)  # ignored ids may be anything, even out of range
+        check_range(flat_target, C, "cross_entropy: id")  # here, so a jit replay checks each call's ids
         shifted = (logits - logits.max(axis=-1, keepdims=True)).reshape(-1, C)  # (N, C)
         picked = shifted[rows, flat_target]  # (N,) the target's shifted logit
         mean_shifted = shifted.mean(axis=-1) if eps else 0.0  # (N,)
@@ -79,7 +80,5 @@ def cross_entropy(logits: Tensor, target, ignore_index: int | None = None,
     if target.shape != logits.shape[:-1]:
         raise ValueError(f"cross_entropy: logits of shape {logits.shape} need targets of shape "
                          f"{logits.shape[:-1]}, got {target.shape}")
-    ids = target.data if ignore_index is None else target.data[target.data != ignore_index]
-    check_range(ids, logits.shape[-1], "cross_entropy: id")
     return CrossEntropy.apply(logits, target, ignore_index=ignore_index,
                               label_smoothing=label_smoothing, reduction=reduction)

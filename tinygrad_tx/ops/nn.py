@@ -31,11 +31,14 @@ def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
 
 class Embedding(OnceDifferentiable):
     """Rows of `weight` picked by integer ids; the gradient scatters back with add,
-    so an id used twice in a batch receives both gradients."""
+    so an id used twice in a batch receives both gradients. The ids are checked here, in
+    forward, so that a `tx.jit` replay checks each call's ids (NumPy would wrap a negative
+    one around silently, CuPy any bad one)."""
 
     saved = ("padding_idx",)
 
     def forward(self, weight, ids, padding_idx):
+        check_range(ids, weight.shape[0], "embedding: id")
         self.padding_idx = padding_idx
         return weight[ids]  # (..., D)
 
@@ -50,7 +53,6 @@ class Embedding(OnceDifferentiable):
 def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """`weight[ids]` for integer `ids` of any shape: (...,) -> (..., D)."""
     ids = as_ids(ids, weight.device, "embedding: ids")
-    check_range(ids.data, weight.shape[0], "embedding: id")
     return Embedding.apply(weight, ids, padding_idx=padding_idx)
 
 

@@ -17,9 +17,14 @@ from ..tensor import Tensor
 
 
 class Getitem(Function):
+    """`x[index]`; `ranges` lists (position in `index`, axis) of each integer array, checked
+    here, in forward, because ids are values: a `tx.jit` replay checks each call's ids too."""
+
     saved = ("index", "advanced")
 
-    def forward(self, x, index, advanced):
+    def forward(self, x, index, advanced, ranges=()):
+        for i, axis in ranges:
+            check_range(index[i], x.shape[axis], "index", f"axis {axis} of size", negative=True)
         self.index, self.advanced = index, advanced
         return x[index]
 
@@ -54,14 +59,14 @@ class ScatterAdd(Function):
 
 def getitem(x: Tensor, index: Any) -> Tensor:
     """`x[index]` for ints, slices, Ellipsis, None, integer arrays (lists, NumPy, Tensors) and boolean masks."""
-    index, advanced = _normalize_index(index, x.backend, x.shape)
-    return Getitem.apply(x, index=index, advanced=advanced)
+    index, ranges = _normalize_index(index, x.backend, x.shape)
+    advanced = bool(ranges) or any(_is_bool_array(item) for item in index)
+    return Getitem.apply(x, index=index, advanced=advanced, ranges=ranges)
 
 
-def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, bool]:
-    """Index arrays moved to the tensor's device and checked against the axis they index.
-
-    CuPy wraps an out-of-range index around instead of raising, so the check is ours.
+def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, tuple]:
+    """Index arrays moved to the tensor's device, and (position, axis) of each integer array,
+    whose ids `Getitem` checks against that axis: CuPy would wrap a bad one around silently.
     """
     items = index if isinstance(index, tuple) else (index,)
     items = tuple(as_array(item, backend, "index arrays", "iub", IndexError)
@@ -71,20 +76,19 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
                    if item is not None and item is not Ellipsis)
     if consumed > len(shape):
         raise IndexError(f"too many indices ({consumed}) for a tensor of shape {shape}")
-    axis, advanced = 0, False
-    for item in items:
+    axis, ranges = 0, []
+    for position, item in enumerate(items):
         if item is Ellipsis:
             axis += len(shape) - consumed
         elif item is None:
             continue
-        elif hasattr(item, "dtype") and getattr(item, "ndim", 0) > 0 or _is_bool_array(item):
-            advanced = True
-            if not _is_bool_array(item):
-                check_range(item, shape[axis], "index", f"axis {axis} of size", negative=True)
-            axis += item.ndim if _is_bool_array(item) else 1
+        elif _is_bool_array(item):
+            axis += item.ndim
         else:
+            if hasattr(item, "dtype") and getattr(item, "ndim", 0) > 0:
+                ranges.append((position, axis))
             axis += 1
-    return items, advanced
+    return items, tuple(ranges)
 
 
 def _is_bool_array(item: Any) -> bool:
