@@ -350,3 +350,31 @@ def test_a_replay_checks_each_calls_ids_as_eager_does(device, use):
         assert str(replayed.value).endswith(message)
     assert jitted(good).item() == uses[use](good).item()  # a refused call leaves the record usable
     assert jitted.traces == 1 and jitted.replays == 3
+
+
+def test_an_error_in_a_replay_shows_the_line_of_the_record():
+    """The replay is generated code; its traceback shows the record's line (op number and
+    name), and a record that is evicted takes its lines with it."""
+    import gc
+    import linecache
+    import traceback
+
+    emb = tx.Tensor(np.arange(10.0).reshape(5, 2), requires_grad=True)
+
+    def step(ids):
+        loss = F.embedding(ids, emb).sum()
+        loss.backward()
+        return loss
+
+    jitted = tx.jit(step, max_traces=1)
+    jitted(tx.Tensor(np.array([1, 2])))
+    with pytest.raises(IndexError) as error:
+        jitted(tx.Tensor(np.array([1, -2])))
+    shown = "".join(traceback.format_exception(error.value))
+    assert "V[2] = f.forward(" in shown and "# #0 Embedding -> s0" in shown
+    del error, shown
+    before = len([name for name in linecache.cache if name.startswith("<tape")])
+    jitted(tx.Tensor(np.array([1, 2, 3])))  # a new shape: the old record is evicted
+    jitted(tx.Tensor(np.array([1, 2, 4])))  # and the new one replayed, so compiled
+    gc.collect()
+    assert len([name for name in linecache.cache if name.startswith("<tape")]) == before

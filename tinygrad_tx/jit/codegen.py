@@ -20,13 +20,17 @@ gradients pending at ops, `LG` the summed gradients of the leaves.
 """
 from __future__ import annotations
 
+import itertools
 import keyword
+import linecache
+import weakref
 from typing import Any, Callable
 
 from .. import autograd
 from ..autograd import _Sink, sum_to
 
 
+_BUILDS = itertools.count()  # numbers each compiled function's file name
 _LOCALS = {"run", "walk", "tensors", "g", "V", "F", "R", "G", "LG", "arrived", "f", "gs", "gt", "sink",
            "leaves", "k"}  # names the generated functions use for their own variables
 
@@ -69,9 +73,16 @@ class _Writer:
         return "\n".join(self.lines)
 
     def build(self) -> Callable:
-        """Compile the source; the function it defines."""
-        exec(compile(self.source, f"<tape {self.function}>", "exec"), self.scope)
-        return self.scope.pop(self.function)  # not left in its own globals: no reference cycle to collect
+        """Compile the source; the function it defines. The source goes where the `traceback`
+        module (pytest, IPython, Jupyter) looks for lines, `linecache`, so an error in a replay
+        shows the record's line it came from (`V[2] = f.forward(V[1], V[0])  # #0 Embedding -> s0`)."""
+        filename = f"<tape {self.function} {next(_BUILDS)}>"
+        source = self.source
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), self.scope)
+        function = self.scope.pop(self.function)  # not left in its own globals: no reference cycle to collect
+        weakref.finalize(function, linecache.cache.pop, filename, None)  # an evicted record's lines go too
+        return function
 
 
 def write_replay(tape, keep: bool) -> _Writer:
