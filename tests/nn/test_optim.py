@@ -370,6 +370,16 @@ def test_clip_grad_norm_matches_torch(torch, max_norm):
         np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-6)
 
 
+def test_clip_grad_norm_of_float16_gradients_does_not_overflow():
+    """Squares of float16 summed in float16 overflow past 65504 (a norm of 256): inf would
+    zero every gradient. The norm is summed in float32 and more; hand-computed truth."""
+    g = np.full(100, 300.0)  # norm 3000
+    p = param(np.zeros(100), dtype=np.float16)
+    p.grad = Tensor(g.astype(np.float16))
+    assert optim.clip_grad_norm([p], max_norm=30.0) == pytest.approx(3000.0)
+    np.testing.assert_allclose(p.grad.numpy(), np.full(100, 3.0), rtol=1e-3)
+
+
 def test_clip_grad_norm_scales_shared_gradients_once():
     """`a + b` hands both leaves the same gradient array: scaling it in place twice would be wrong."""
     a, b = param([3.0, 0.0]), param([0.0, 4.0])
