@@ -22,7 +22,7 @@ class Getitem(Function):
 
     saved = ("index", "advanced")
 
-    def forward(self, x, index, advanced, ranges=()):
+    def forward(self, x, index, advanced, ranges):
         for i, axis in ranges:
             check_range(index[i], x.shape[axis], "index", f"axis {axis} of size", negative=True)
         self.index, self.advanced = index, advanced
@@ -59,14 +59,14 @@ class ScatterAdd(Function):
 
 def getitem(x: Tensor, index: Any) -> Tensor:
     """`x[index]` for ints, slices, Ellipsis, None, integer arrays (lists, NumPy, Tensors) and boolean masks."""
-    index, ranges = _normalize_index(index, x.backend, x.shape)
-    advanced = bool(ranges) or any(_is_bool_array(item) for item in index)
+    index, advanced, ranges = _normalize_index(index, x.backend, x.shape)
     return Getitem.apply(x, index=index, advanced=advanced, ranges=ranges)
 
 
-def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, tuple]:
-    """Index arrays moved to the tensor's device, and (position, axis) of each integer array,
-    whose ids `Getitem` checks against that axis: CuPy would wrap a bad one around silently.
+def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, bool, tuple]:
+    """Index arrays moved to the tensor's device; whether any is an array (advanced indexing);
+    and (position, axis) of each integer array, whose ids `Getitem` checks against that axis:
+    CuPy would wrap a bad one around silently.
     """
     items = index if isinstance(index, tuple) else (index,)
     items = tuple(as_array(item, backend, "index arrays", "iub", IndexError)
@@ -76,19 +76,20 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
                    if item is not None and item is not Ellipsis)
     if consumed > len(shape):
         raise IndexError(f"too many indices ({consumed}) for a tensor of shape {shape}")
-    axis, ranges = 0, []
+    axis, advanced, ranges = 0, False, []
     for position, item in enumerate(items):
         if item is Ellipsis:
             axis += len(shape) - consumed
         elif item is None:
             continue
         elif _is_bool_array(item):
-            axis += item.ndim
+            axis, advanced = axis + item.ndim, True
         else:
             if hasattr(item, "dtype") and getattr(item, "ndim", 0) > 0:
                 ranges.append((position, axis))
+                advanced = True
             axis += 1
-    return items, tuple(ranges)
+    return items, advanced, tuple(ranges)
 
 
 def _is_bool_array(item: Any) -> bool:
