@@ -380,11 +380,12 @@ def watch_walk(root: "Tensor", grad: "Tensor", retain_graph: bool, create_graph:
             observer.backward_end()
 
 
-def show_read(t: "Tensor") -> None:
-    """Show observers that a tensor's value is read on the host (`item()`, `numpy()`): Python
-    may branch on it, which a recording such as `tx.jit`'s cannot follow."""
+def show_read(t: "Tensor | None", how: str = "read on the host (item(), numpy(), print or if)") -> None:
+    """Show observers that a value leaves the graph (`how`): read on the host, where Python may
+    branch on it, or cast or copied outside ops; `t` None: numbers drawn outside ops (`tx.randn`).
+    A recording such as `tx.jit`'s could only keep such a value fixed."""
     for observer in tuple(_observers):
-        observer.read(t)
+        observer.read(t, how)
 
 
 def replayable(function):

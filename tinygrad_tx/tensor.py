@@ -40,7 +40,8 @@ class Tensor:
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None,
                  device: str | None = None, name: str | None = None):
-        if isinstance(data, Tensor):
+        copied_from = data if isinstance(data, Tensor) else None
+        if copied_from is not None:
             data = data.data
         if isinstance(data, (np.ndarray, np.generic, list, tuple, int, float, bool)):
             array = _host_array(data, dtype)
@@ -54,6 +55,8 @@ class Tensor:
                 array = backend.cast(array, dtype)
         if requires_grad and not _is_float(array.dtype):
             raise TypeError(f"only floating tensors can require grad; this one is {array.dtype}")
+        if copied_from is not None and array is not copied_from.data and autograd._observers:
+            autograd.show_read(copied_from, "copied by Tensor(...)")
         self.data, self.backend = array, backend
         self.requires_grad, self.name = requires_grad, name
 
@@ -113,6 +116,8 @@ class Tensor:
         backend = get_backend(device)
         if backend is self.backend:
             return self
+        if autograd._observers:
+            autograd.show_read(self, f"copied to {device} (to())")
         moved = Tensor._from_op(backend.from_host(self.backend.to_host(self.data)), backend)
         moved.requires_grad, moved.name = self.requires_grad, self.name
         return moved
@@ -244,6 +249,8 @@ class Tensor:
         if dtype == self.dtype:
             return self
         if not _is_float(dtype):
+            if autograd._observers:
+                autograd.show_read(self, f"cast to {dtype} (astype), outside the graph")
             return Tensor._from_op(self.backend.cast(self.data, dtype), self.backend)
         return ops.Cast.apply(self, dtype=dtype)
 

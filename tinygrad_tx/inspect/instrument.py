@@ -18,7 +18,8 @@ Five more calls exist for instruments that re-run what they saw (`tx.jit`):
 keyword params; `backward_begin(root, grad, retain_graph, create_graph, inputs)`
 and `backward_end()` around each walk; `call(function, args, kwargs, result)`
 after a state change outside the graph (functions marked `autograd.replayable`,
-such as `optimizer.step`); `read(tensor)` when `item()` or `numpy()` reads a value.
+such as `optimizer.step`); `read(tensor, how)` when a value leaves the graph (`item()`,
+`numpy()`, a cast or copy outside ops).
 
 An instrument is a context manager that puts itself on that list for the
 duration of a `with` block; it overrides whichever of the two calls it needs.
@@ -67,8 +68,8 @@ class Instrument:
     def call(self, function: Any, args: tuple, kwargs: dict, result: Any) -> None:
         """Called after a function marked `autograd.replayable` (an optimizer step) ran."""
 
-    def read(self, t: Tensor) -> None:
-        """Called when a tensor's value is read on the host (`item()`, `numpy()`)."""
+    def read(self, t: Tensor | None, how: str) -> None:
+        """Called when a value leaves the graph (`item()`, `numpy()`, a cast outside ops; see `show_read`)."""
 
 
 def raw(x: Any) -> Any:

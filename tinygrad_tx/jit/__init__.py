@@ -43,30 +43,54 @@ run equals an eager one bit for bit.
 
 What it cannot see (the limits, as with tinygrad's TinyJit)
 ===========================================================
-- Python branching on tensor values: a record holds one path. `item()`,
-  `numpy()`, `if t:` or printing a traced tensor while recording raises
-  `JitError`. A branch on raw `.data` is not seen; `tx.jit(fn, verify=True)`
-  records the first two calls and raises `JitError` if they took different paths.
+- Python branching on tensor values: a record holds one path. Every way a value
+  leaves the graph while recording raises `JitError` when the value could differ
+  at the next call (made from the arguments, a parameter, a gradient): `item()`,
+  `numpy()`, `if t:`, printing; a cast to an integer dtype, `Tensor(t, dtype)`,
+  `t.to(device)`; a `.grad` used in an op; `tx.randn` (host randomness); attention
+  weights asked for with `return_weights`; a boolean-mask index made in the function
+  (the result's shape depends on values). A branch on raw `.data` is not seen;
+  `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
+  they took different paths.
 - Arrays computed outside ops (raw NumPy/CuPy on `.data`, or `tx.Tensor(array)`
   made inside `fn`) are constants of the record; with `verify=True`, two
   recordings that got different values raise `JitError`. Masks and ids made with Tensor operations (`ids.ne(pad)`,
   `&`) are ops, and are replayed with each call's values.
-- Arguments: Tensors (and lists, tuples, dicts of them) are the inputs; a NumPy
-  array is refused (wrap it in a Tensor); a Python number or string is part of
+- Arguments: Tensors (and lists, tuples, dicts of them, dicts in their order) are
+  the inputs, and which of them are one array passed twice, and which have a graph
+  (refused: pass them detached), are part of the signature; a NumPy array is
+  refused (wrap it in a Tensor); a Python or NumPy number or a string is part of
   the signature, so a new value records anew (keep changing numbers such as the
   learning rate on the optimizer, not in the arguments).
+- The modules in reach (found at the first call: the function itself, `self`,
+  what a `functools.partial` binds, closure cells, globals, and what those hold
+  one level down, inside lists, tuples and dicts too) give every submodule's
+  train/eval mode to the signature. Captured tensors are checked at each call:
+  one that changed its shape, dtype, device or `requires_grad` records anew. Not
+  seen: a module attribute rebound to another Tensor (load new values with
+  `load_state_dict` or `.data`, or jit anew), `p.grad = None` written by hand
+  (`optimizer.zero_grad()` and `module.zero_grad()` are replayed), an object made
+  inside the function (an optimizer: the record keeps the first call's), and
+  Python state the function reads or writes (globals, counters): all fixed at
+  the recording.
 - Checks of values run at every call, since the ops make them in `forward`
   (ids in range for embedding, cross-entropy and indexing); checks of shapes and
   dtypes, which the signature fixes, ran while recording only.
-- Tensor hooks on intermediate results and module hooks are refused, as are
+- Tensor hooks on intermediate results and module hooks are refused (module hooks
+  at every call, so one registered after a recording too), as are
   `create_graph=True` and `tx.grad` inside the function. Hooks on leaves run in
   a replay as in eager backward: post-accumulate-grad hooks (DataParallel's
   all-reduces) as soon as the walk is past a parameter's last use.
 - Tensors returned are the replay's arrays, without a graph, unless the result
-  still has one that no backward in the function used: then the whole replay is
-  one node (`Replayed`) whose backward runs the recorded walk, so gradients
-  (and `tx.gradcheck`) work through a jitted function.
+  still has one that no backward in the function used (or one that used it with
+  `retain_graph=True`): then the whole replay is one node (`Replayed`) whose
+  backward runs the recorded walk, so gradients (and `tx.gradcheck`) work through
+  a jitted function; a tensor passed in and returned as it is comes back itself.
+  Gradients through `Replayed` are summed per leaf inside it first, so a parameter
+  used inside and outside the function may differ from eager in the last bit.
 - Instruments active during a replay see nothing of it: they saw the recording.
+  A jitted function called while another one records runs eagerly, so the outer
+  record holds its ops.
 
 Recording twice (`verify=True`) is TinyJit's rhythm (it runs once plain and
 captures on the second call), here used to compare; it costs one more eager call
@@ -81,6 +105,7 @@ record while the function runs eagerly; `tape.py` is the record itself and its r
 from __future__ import annotations
 
 import functools
+import types
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -89,7 +114,7 @@ import numpy as np
 from .. import autograd
 from ..nn import Module
 from ..tensor import Tensor
-from .record import JitError, check_same, record
+from .record import JitError, Recorder, check_same, record, refuse_hooks
 from .tape import Tape
 
 __all__ = ["jit", "Jitted", "JitError", "Tape"]
@@ -109,10 +134,15 @@ class Jitted:
         self.fn, self.max_traces, self.verify = fn, max_traces, verify
         self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
-        self._modules = _modules_in_reach(fn)
-        functools.update_wrapper(self, fn)
+        self._modules: list[Module] | None = None  # every module in reach, found at the first call
+        functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if autograd._observers and any(type(o) is Recorder for o in autograd._observers):
+            return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
+        if self._modules is None:  # at the first call, not in jit(): globals defined after the decorator exist now
+            self._modules = [m for top in _modules_in_reach(self.fn) for m in top.modules()]
+        refuse_hooks(self._modules, args, kwargs)  # at each call: one registered after a recording, too
         tensors: list[Tensor] = []
         key = self._key(args, kwargs, tensors)
         tape = self.tapes.get(key)
@@ -121,7 +151,7 @@ class Jitted:
             self.replays += 1
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
-        tape, result = record(self.fn, args, kwargs, tensors, self._modules)
+        tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree
             check_same(first, tape)
         tape.confirmed = first is not None or not self.verify
@@ -133,12 +163,14 @@ class Jitted:
         return result
 
     def _key(self, args: tuple, kwargs: dict, tensors: list) -> tuple:
-        return (_signature((args, kwargs), tensors), autograd.is_grad_enabled(),
-                tuple(m.training for m in self._modules))
+        signature = _signature((args, kwargs), tensors)
+        first_with_data: dict[int, int] = {}  # the same array passed twice is one slot of the record
+        aliases = tuple(first_with_data.setdefault(id(t.data), i) for i, t in enumerate(tensors))
+        return (signature, aliases, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
 
     def tape(self, *args: Any, **kwargs: Any) -> "Tape | None":
         """The record these arguments would replay (None if there is none yet)."""
-        return self.tapes.get(self._key(args, kwargs, []))
+        return self.tapes.get(self._key(args, kwargs, [])) if self._modules is not None else None
 
     def memory(self) -> int:
         """Bytes held by the records (their constants; no activations are kept between calls)."""
@@ -151,25 +183,34 @@ def _signature(value: Any, tensors: list) -> Any:
     """A hashable description of the arguments; their Tensors are appended to `tensors` in order."""
     if isinstance(value, Tensor):
         tensors.append(value)
-        return ("T", value.shape, value.dtype.str, value.device, value.requires_grad)
+        return ("T", value.shape, value.dtype.str, value.device, value.requires_grad, value.grad_fn is None)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, *(_signature(v, tensors) for v in value))
-    if isinstance(value, dict):
-        return ("dict", *((k, _signature(value[k], tensors)) for k in sorted(value)))
-    if isinstance(value, np.ndarray) or hasattr(value, "__array__") and hasattr(value, "shape"):
+    if isinstance(value, dict):  # in their order: the function may depend on it, as Python allows
+        return ("dict", *((k, _signature(v, tensors)) for k, v in value.items()))
+    if isinstance(value, float):
+        return ("float", repr(value))  # -0.0 == 0.0, yet 1 / x tells them apart
+    if isinstance(value, np.generic):
+        return ("numpy", value.dtype.str, value.tobytes())
+    if isinstance(value, np.ndarray) or not isinstance(value, type) and hasattr(value, "__array__") \
+            and hasattr(value, "shape"):
         raise JitError("jit: an argument is a raw array; pass a Tensor, so that each call's values are "
                        "used (a raw array would be read as a constant of the record)")
     if isinstance(value, Module):
-        return ("Module", id(value), value.training)  # the record captured this module's tensors
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return ("Module", id(value), tuple(m.training for m in value.modules()))  # its tensors are captured
+    if value is None or isinstance(value, (bool, int, str, bytes)):
         return (type(value).__name__, value)
     return ("object", id(value))  # an optimizer, say: its identity matters; the record keeps it alive
 
 
 def _modules_in_reach(fn: Callable) -> list[Module]:
-    """Modules `fn` can reach without arguments: `self` of a method, closure cells, globals it
-    names, and their attributes one level down; their train/eval mode joins the signature."""
-    found = [getattr(fn, "__self__", None)]
+    """Modules `fn` can reach without arguments: `fn` itself (`tx.jit(model)`), `self` of a method,
+    what a `functools.partial` binds, closure cells, globals it names, and what each of those holds
+    one level down (attributes, items of a list, tuple or dict); their modes join the signature."""
+    found = [fn, getattr(fn, "__self__", None)]
+    if isinstance(fn, functools.partial):
+        found += [*fn.args, *fn.keywords.values(), fn.func, getattr(fn.func, "__self__", None)]
+        fn = fn.func
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             found.append(cell.cell_contents)
@@ -179,9 +220,19 @@ def _modules_in_reach(fn: Callable) -> list[Module]:
     found += [names[n] for n in (code.co_names if code else ()) if n in names]
     modules: dict[int, Module] = {}
     for obj in found:
-        if isinstance(obj, Module):
-            modules[id(obj)] = obj
-        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
-            modules.update((id(v), v) for v in vars(obj).values() if isinstance(v, Module))
+        modules.update((id(v), v) for v in (obj, *_held_by(obj)) if isinstance(v, Module))
     return list(modules.values())
 
+
+def _held_by(obj: Any) -> list:
+    """What `obj` holds one level down (an object's attributes, a container's items), with
+    lists, tuples and dicts among them opened all the way down, as `Module` finds parameters."""
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        items = list(obj)
+    elif not isinstance(obj, (type, Module, types.ModuleType)) and not callable(obj) and hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return []
+    return [x for item in items for x in (item, *(_held_by(item) if isinstance(item, (list, tuple, dict)) else ()))]

@@ -4,6 +4,7 @@ and cannot see); `check_same` compares the two recordings of a signature.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
@@ -12,6 +13,7 @@ from ..backend import backend_of
 from ..inspect.instrument import Instrument
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
+from ..ops.select import Getitem, is_bool_array
 from ..tensor import Tensor
 from .tape import Backward, Call, Node, Op, Tape
 
@@ -41,6 +43,15 @@ def check_same(first: Tape, second: Tape) -> None:
                 raise JitError(f"jit: the {name!r} of {where} differed between two calls with the same "
                                "signature: a value computed outside ops from the inputs (raw .data), which "
                                "a replay would keep fixed. Compute it with Tensor operations")
+    if len(first.captured) != len(second.captured):
+        raise JitError("jit: two calls with the same signature used different tensors from outside the "
+                       "function; its Python depends on tensor values, which a replay cannot follow")
+    for (slot, a), (_, b) in zip(first.captured, second.captured):
+        if a is not b and not _same_value(a.data, b.data):  # made in the function, outside ops
+            raise JitError(f"jit: the tensor {first.slot_names[slot]} (shape {a.shape}) was made outside ops "
+                           "and differed between two calls with the same signature: a value computed from "
+                           "the inputs with raw arrays, which a replay would keep fixed. Compute it with "
+                           "Tensor operations")
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -56,21 +67,32 @@ def _same_value(a: Any, b: Any) -> bool:
 
 # -- recording -------------------------------------------------------------------------------
 
-def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, modules: list) -> tuple[Tape, Any]:
+def record(fn: Callable, args: tuple, kwargs: dict, tensors: list) -> tuple[Tape, Any]:
     """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
-    _refuse_hooks(modules, args, kwargs)
     recorder = Recorder(tensors)
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
-    tape.keep_alive = [args, kwargs]
+    tape.keep_alive = _objects_in((args, kwargs))
     return tape, result
 
 
-def _refuse_hooks(modules: list, args: tuple, kwargs: dict) -> None:
-    arg_modules = [v for v in (*args, *kwargs.values()) if isinstance(v, Module)]
-    hooked = GLOBAL_HOOKS or any(m._hooks for top in (*modules, *arg_modules) for m in top.modules())
-    if hooked:
+def _objects_in(value: Any) -> list:
+    """The arguments whose identity is in the signature (modules, optimizers): kept alive with the
+    record, so that no other object gets their id; Tensors and numbers are not kept."""
+    if isinstance(value, (tuple, list)):
+        return [o for v in value for o in _objects_in(v)]
+    if isinstance(value, dict):
+        return _objects_in(list(value.values()))
+    if value is None or isinstance(value, (Tensor, bool, int, float, str, bytes, np.generic)):
+        return []
+    return [value]
+
+
+def refuse_hooks(modules: list[Module], args: tuple, kwargs: dict) -> None:
+    """Refuse module hooks on `modules` (every module in reach), on module arguments, or global ones."""
+    arg_modules = [m for v in (*args, *kwargs.values()) if isinstance(v, Module) for m in v.modules()]
+    if GLOBAL_HOOKS or any(m._hooks for m in (*modules, *arg_modules)):
         raise JitError("jit: a module hook is registered; hooks run Python code that a replay would skip. "
                        "Remove the hooks, or run this function without tx.jit")
 
@@ -83,6 +105,8 @@ class Recorder(Instrument):
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
         self.leaf_of: dict[int, int] = {}  # id(leaf tensor) -> leaf number
+        self.tensors = tensors
+        self.captured_slots: set[int] = set()
         self.arg_number = {id(t): i for i, t in enumerate(tensors)}
         self.alive: list = []  # everything whose id is a key above, so that no id is reused meanwhile
         self.eager_fns: list = []
@@ -106,8 +130,11 @@ class Recorder(Instrument):
     def _source(self, t: Tensor) -> int:
         slot = self.slot_of.get(id(t.data))
         if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
+            if self._is_grad(t):
+                self.read(t, "used in an op as a gradient (.grad)")
             slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
             self.tape.captured.append((slot, t))
+            self.captured_slots.add(slot)
             self.alive.append(t)
         return slot
 
@@ -134,6 +161,10 @@ class Recorder(Instrument):
         leaf = self.leaf_of.get(id(t))
         if leaf is None:
             number = self.arg_number.get(id(t))
+            if number is None and id(t.data) in self.slot_of and self.slot_of[id(t.data)] not in self.captured_slots:
+                raise JitError(f"jit: a tensor of shape {t.shape} made in the function from its inputs "
+                               "requires grad (x.detach().requires_grad_()?): a replay would send its gradient "
+                               "to this call's tensor. Pass it as an argument that requires grad instead")
             leaf = self.leaf_of[id(t)] = len(self.tape.leaves)
             self.tape.leaves.append(("arg", number) if number is not None else ("tensor", t))
             self.alive.append(t)
@@ -144,6 +175,10 @@ class Recorder(Instrument):
         if self.walking:
             return  # a leaf's `.grad + g`: part of the walk, which the record derives itself
         ins = tuple(self._source(t) for t in inputs)
+        if type(fn) is Getitem and any(is_bool_array(i) and id(i) in self.slot_of for i in params["index"]):
+            raise JitError("jit: indexing with a boolean mask computed in the function: the result's shape "
+                           "depends on the mask's values, which a replay cannot follow. Multiply by the "
+                           "mask or use where() instead")
         dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
         index = len(self.tape.ops)
         targets = tuple(self._target(t) for t in inputs) if recorded else None
@@ -171,7 +206,8 @@ class Recorder(Instrument):
             if root_entry is None:
                 raise JitError("jit: backward() from a tensor computed outside the function")
             nodes = self._walk(root_entry)
-            self.consumed.update(node.index for node in nodes)
+            if not retain_graph:  # a graph kept on purpose may be walked again after the call
+                self.consumed.update(node.index for node in nodes)
             step = Backward(root_entry, None, seed, nodes, root.backend, retain_graph)
         self.tape.program.append(step)
 
@@ -214,28 +250,47 @@ class Recorder(Instrument):
     def call(self, function, args, kwargs, result) -> None:
         if self.walking:
             return
+        if any(isinstance(a, Iterator) for a in (*args, *kwargs.values())):
+            raise JitError(f"jit: {function.__qualname__} got an iterator (a generator?), which a replay "
+                           "would find used up; pass a list")
         self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
         self.call_of[id(result)] = self.tape.calls
         self.alive.append(result)
         self.tape.calls += 1
 
-    def read(self, t) -> None:
-        if id(t.data) in self.slot_of:
-            raise JitError(f"jit: the value of a tensor of shape {t.shape} was read (item(), numpy() or print) "
-                           "while recording; a replay cannot follow Python that depends on values. "
-                           "Return the tensor and read it after the call")
+    def read(self, t: Tensor | None, how: str) -> None:
+        """Refuse a value that leaves the graph (see `autograd.show_read`) if it may differ at the
+        next call: made from the arguments by ops, a parameter (the optimizer changes it), a
+        gradient, or fresh random numbers (`t` None). A replay could only repeat this call's value.
+        Hooks that run during a backward (post-accumulate-grad) run again at each replay: they may read."""
+        if self.walking:
+            return
+        if t is None or id(t.data) in self.slot_of or t.requires_grad or self._is_grad(t):
+            what = "numbers were" if t is None else f"a tensor of shape {t.shape} was"
+            raise JitError(f"jit: {what} {how} while recording; a replay would repeat this call's value. "
+                           "Do it outside the jitted function: pass such values in, or return the tensor "
+                           "and read it after the call")
+
+    def _is_grad(self, t: Tensor) -> bool:
+        """Whether `t` is the `.grad` of an argument or a captured tensor (a parameter)."""
+        owners = (*self.tensors, *(c for _, c in self.tape.captured))
+        return any(o.grad is t for o in owners)
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
         tape = self.tape
         tape.output = self._output(result)
         tensors = [t for _, t in tape.captured]
-        tape.guard = (tuple(tensors), [t.requires_grad for t in tensors])
+        tape.guard = (tuple(tensors), [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors])
         self._plan_frees()
         return tape
 
     def _output(self, value: Any) -> tuple:
         if isinstance(value, Tensor):
+            if id(value) in self.arg_number:
+                return ("arg", self.arg_number[id(value)])
+            if any(t is value for _, t in self.tape.captured):
+                return ("const", value)  # a parameter returned as it is: the same tensor each call
             slot = self.slot_of.get(id(value.data))
             if slot is None:
                 raise JitError(f"jit: the function returned a tensor of shape {value.shape} that no op or "

@@ -80,14 +80,18 @@ class Tape:
 
     # -- replay ----------------------------------------------------------------------------
     def still_valid(self) -> bool:
-        """Captured tensors still require grad as when recorded (a frozen layer records anew)."""
-        tensors, flags = self.guard
-        return [t.requires_grad for t in tensors] == flags
+        """Captured tensors (parameters) still as when recorded: whether each requires grad (a layer
+        frozen since records anew), and its array's shape, dtype and device (shapes are constants
+        of the record, and a replay checks no devices)."""
+        tensors, states = self.guard
+        return [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
 
     def replay(self, tensors: list[Tensor]) -> Any:
         if self.differentiable is not None and autograd.is_grad_enabled():
             leaves = [self._leaf(k, tensors) for k in range(len(self.leaves))]
-            return Replayed.apply(*leaves, tape=self, tensors=tensors)
+            result = Replayed.apply(*leaves, tape=self, tensors=tensors)  # in its place among the outputs
+            replayed = result.grad_fn
+            return self._build(self.output, replayed.values, replayed.results, tensors, result)
         values, results, _ = self.run(tensors)
         return self._build(self.output, values, results, tensors)
 
@@ -115,17 +119,22 @@ class Tape:
         kind, ref = self.leaves[k]
         return tensors[ref] if kind == "arg" else ref
 
-    def _build(self, spec: Any, values: list, results: list, tensors: list) -> Any:
+    def _build(self, spec: Any, values: list, results: list, tensors: list, replayed: Any = None) -> Any:
+        """The function's result, as recorded in `output`; `replayed`: the result with a graph."""
         kind = spec[0]
         if kind == "tensor":
+            if replayed is not None and spec[1] == self.differentiable[0]:
+                return replayed
             return Tensor._from_op(values[spec[1]], spec[2])
+        if kind == "arg":  # an argument returned as it came, as eager gives it back
+            return tensors[spec[1]]
         if kind == "call":
             return results[spec[1]]
         if kind == "const":
             return spec[1]
         if kind == "dict":
-            return {k: self._build(v, values, results, tensors) for k, v in spec[1]}
-        items = [self._build(v, values, results, tensors) for v in spec[1]]
+            return {k: self._build(v, values, results, tensors, replayed) for k, v in spec[1]}
+        items = [self._build(v, values, results, tensors, replayed) for v in spec[1]]
         return items if kind == "list" else tuple(items)
 
     # -- looking at it ---------------------------------------------------------------------------
@@ -190,13 +199,18 @@ class Replayed(OnceDifferentiable, register=False):
     """A whole replay as one node, when its result is differentiated outside the function: its
     inputs are the record's leaves (arguments and parameters that take gradients)."""
 
-    saved = ("tape", "values", "fns")
+    saved = ("tape", "values", "results", "fns")
 
     def forward(self, *leaf_arrays, tape, tensors):
         self.tape = tape
-        self.values, _, self.fns = tape.run(tensors, keep=True)
+        self.values, self.results, self.fns = tape.run(tensors, keep=True)
         return self.values[tape.differentiable[0]]
 
     def backward(self, g, *leaf_arrays):
+        freed = [node.index for node in self.tape.differentiable[2] if self.fns[node.index] is None]
+        if freed:  # a backward inside the function went through these without retain_graph, as eager would say
+            raise RuntimeError(f"backward through {self.tape.ops[freed[0]].cls.__name__} a second time: its "
+                               "saved values were freed after the first backward; pass retain_graph=True to "
+                               "the first call")
         return self.tape.backward_to_leaves(g, self.values, self.fns)
 

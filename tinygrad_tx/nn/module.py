@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .. import autograd
 from ..backend import get_backend
 from ..tensor import Tensor
 from .hooks import GLOBAL_HOOKS, HookSet, RemovableHandle, call_with_hooks
@@ -116,6 +117,7 @@ class Module:
                 t.grad = None if t.grad is None else t.grad.to(device)
         return self
 
+    @autograd.replayable  # inside a jitted step, made again at each replay, as the optimizer's
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.grad = None

@@ -72,7 +72,7 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
     items = tuple(as_array(item, backend, "index arrays", "iub", IndexError)
                   if isinstance(item, (Tensor, list, tuple, np.ndarray)) else item  # inside, a tuple is a sequence
                   for item in items)
-    consumed = sum(item.ndim if _is_bool_array(item) else 1 for item in items
+    consumed = sum(item.ndim if is_bool_array(item) else 1 for item in items
                    if item is not None and item is not Ellipsis)
     if consumed > len(shape):
         raise IndexError(f"too many indices ({consumed}) for a tensor of shape {shape}")
@@ -82,7 +82,7 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
             axis += len(shape) - consumed
         elif item is None:
             continue
-        elif _is_bool_array(item):
+        elif is_bool_array(item):
             axis, advanced = axis + item.ndim, True
         else:
             if hasattr(item, "dtype") and getattr(item, "ndim", 0) > 0:
@@ -92,7 +92,7 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
     return items, advanced, tuple(ranges)
 
 
-def _is_bool_array(item: Any) -> bool:
+def is_bool_array(item: Any) -> bool:
     return getattr(item, "dtype", None) == np.bool_ and getattr(item, "ndim", 0) > 0
 
 

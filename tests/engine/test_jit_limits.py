@@ -1,0 +1,260 @@
+"""tx.jit at the edges of what it can follow: each case runs a function eagerly and jitted on
+the same calls and checks they agree bit for bit, or that the jit refuses with a JitError
+(never a replay that silently computes something else). Found by probing the jit as a user
+would; each test failed before its fix.
+"""
+import functools
+
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from tinygrad_tx import nn, optim
+from tinygrad_tx.jit import JitError
+
+
+def same(a, b) -> bool:
+    """Bit-for-bit equality of nested results (structure, types, dtypes and bytes)."""
+    if isinstance(a, tx.Tensor) or isinstance(b, tx.Tensor):
+        return (isinstance(a, tx.Tensor) and isinstance(b, tx.Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and a.numpy().tobytes() == b.numpy().tobytes())
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict):
+        return type(b) is dict and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def vec(*values) -> tx.Tensor:
+    return tx.Tensor(np.array(values, dtype=np.float32))
+
+
+def test_a_result_with_a_graph_keeps_the_structure_around_it():
+    w = tx.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+
+    def f(x):
+        y = x * w
+        return y, {"sum": x.sum()}  # no backward inside: y still has a graph
+
+    jitted = tx.jit(f)
+    for scale in (1.0, 2.0, 3.0):
+        x = tx.Tensor(np.full((2, 3), scale, np.float32))
+        w.grad = None
+        eager = f(x)
+        eager[0].sum().backward()
+        want = w.grad.numpy()
+        w.grad = None
+        got = jitted(x)
+        assert same(eager, got)
+        got[0].sum().backward()
+        np.testing.assert_array_equal(w.grad.numpy(), want)
+    assert jitted.replays == 2
+
+
+def test_the_same_tensor_passed_twice_is_a_signature_of_its_own():
+    def f(a, b):
+        return a - b
+
+    jitted, x, y = tx.jit(f), vec(1.0, 2.0), vec(10.0, 20.0)
+    for a, b in ((x, x), (x, y), (y, y), (y, x), (x, x.detach())):
+        assert same(jitted(a, b), f(a, b))
+
+
+def test_a_jitted_function_called_while_another_records_is_recorded_with_it():
+    inner = tx.jit(lambda x: x * 2)
+    outer = tx.jit(lambda x: inner(x) + 1)
+    inner(vec(0.0))  # inner has a record of this signature before outer records
+    for v in (1.0, 5.0, 9.0):
+        assert same(outer(vec(v)), vec(2 * v + 1))
+    assert outer.replays == 2
+
+
+def test_an_argument_with_a_graph_is_refused_even_after_a_leaf_was_recorded():
+    w = vec(1.0, 2.0).requires_grad_()
+
+    def f(x):
+        (x * w).sum().backward()
+
+    jitted, u = tx.jit(f), vec(1.0, 1.0).requires_grad_()
+    jitted(vec(3.0, 4.0).requires_grad_())
+    with pytest.raises(JitError, match="computed outside the function with a graph"):
+        jitted(u * 3)
+
+
+def _optimizer_made_per_call(w):
+    def f(x):
+        loss = (x * w).sum()
+        loss.backward()
+        optim.clip_grad_norm((p for p in [w]), 1.0)  # a generator: used up after one call
+    return f
+
+
+REFUSED = {  # each: what a replay would have kept fixed at the recording call's value, and the message
+    "astype to int": (lambda w: lambda x: F.embedding(x.astype(np.int64), w), "astype"),
+    "Tensor(x, dtype)": (lambda w: lambda x: tx.Tensor(x, dtype=np.float64) * 2, "Tensor"),
+    "tx.randn": (lambda w: lambda x: x + tx.randn(2), "randn"),
+    "a parameter read": (lambda w: lambda x: x * 2 if w.numpy()[0, 0] > 0 else x, "read on the host"),
+    "a gradient in an op": (lambda w: lambda x: ((x @ w).sum().backward(), (w.grad * 1).sum())[1], "grad"),
+    "a boolean mask": (lambda w: lambda x: x[x > 1].sum(), "boolean mask"),
+    "attention weights": (lambda w: lambda x: F.scaled_dot_product_attention(
+        x[None], x[None], x[None], return_weights=True)[1].sum(), "return_weights"),
+    "an iterator": (_optimizer_made_per_call, "iterator"),
+    "a leaf made inside": (lambda w: lambda x: (lambda leaf: ((leaf * w[0]).sum().backward(), x.sum())[1])(
+        (x * 1).detach().requires_grad_()), "requires grad"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_values_a_replay_could_only_repeat_are_refused(case):
+    w = tx.Tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    make, message = REFUSED[case]
+    x = vec(0.0, 1.0)
+    make(w)(x)  # eager runs
+    w.grad = None
+    with pytest.raises(JitError, match=message):
+        tx.jit(make(w))(x)
+
+
+def test_verify_compares_tensors_made_outside_ops():
+    def f(x):
+        return x + tx.Tensor(x.data * 2)  # raw arrays: a constant of the record
+
+    jitted = tx.jit(f, verify=True)
+    jitted(vec(1.0))
+    with pytest.raises(JitError, match="made outside ops"):
+        jitted(vec(2.0))
+
+
+def test_a_parameter_given_another_shape_or_dtype_records_anew():
+    w = tx.Tensor(np.ones((2, 2), np.float32), requires_grad=True)
+
+    def f(x):
+        return (x @ w).mean()
+
+    jitted, x = tx.jit(f), tx.Tensor(np.ones((1, 2), np.float32))
+    assert same(jitted(x), f(x)) and same(jitted(x), f(x))
+    w.data = np.ones((2, 4), np.float32)  # mean's 1/count is a constant of the old record
+    assert same(jitted(x), f(x)) and jitted.traces == 2
+    w.data = np.ones((2, 4), np.float64)
+    with pytest.raises(TypeError, match="dtype mismatch"):  # as eager, not a mixed-precision replay
+        jitted(x)
+
+
+def _dropout_model():
+    return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+
+def test_the_mode_of_every_submodule_in_reach_is_in_the_signature():
+    holder = type("Holder", (), {})()
+    holder.parts = [_dropout_model()]  # a list in an attribute
+    step = tx.jit(lambda x: holder.parts[0](x))
+    x = tx.Tensor(np.ones((2, 4), np.float32))
+    train = step(x)
+    holder.parts[0][1].eval()  # only the submodule
+    assert same(step(x), holder.parts[0](x)) and not same(step(x), train)
+
+
+def test_modules_defined_after_the_decorator_and_jitted_modules_are_watched():
+    global later_model
+
+    @tx.jit
+    def predict(x):
+        return later_model(x)
+
+    later_model = _dropout_model()
+    x = tx.Tensor(np.ones((2, 4), np.float32))
+    predict(x)
+    later_model.eval()
+    assert same(predict(x), later_model(x))
+
+    model = _dropout_model()
+    model.fn = "a module attribute"  # named like the jit's own: not copied onto it
+    jitted = tx.jit(model)
+    jitted(x)
+    model.eval()
+    assert same(jitted(x), model(x))
+
+
+def test_module_zero_grad_inside_is_made_again_at_each_replay():
+    def run(use_jit):
+        tx.manual_seed(0)
+        model = nn.Linear(2, 1)
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            model.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = tx.jit(step) if use_jit else step
+        return [step(tx.Tensor(np.ones((3, 2), np.float32))).item() for _ in range(4)]
+
+    assert run(True) == run(False)
+
+
+def test_a_module_hook_registered_after_recording_is_refused():
+    model = nn.Linear(2, 2)
+    step = tx.jit(lambda x: model(x))
+    x = tx.Tensor(np.ones((1, 2), np.float32))
+    step(x)
+    handle = model.register_forward_hook(lambda m, args, out: out * 10)
+    with pytest.raises(JitError, match="module hook"):
+        step(x)
+    handle.remove()
+    assert same(step(x), model(x))
+
+
+def test_dict_order_and_the_sign_of_zero_are_in_the_signature():
+    def f(d, s):
+        first = list(d.values())[0]
+        return first / s
+
+    jitted, a, b = tx.jit(f), vec(1.0), vec(-2.0)
+    for d, s in (({"a": a, "b": b}, 0.0), ({"b": b, "a": a}, 0.0), ({"a": a, "b": b}, -0.0)):
+        with np.errstate(divide="ignore"):
+            assert same(jitted(d, s), f(d, s))
+    assert jitted.traces == 3
+
+
+def test_returned_arguments_stay_themselves_and_a_retained_graph_can_be_walked_again():
+    w = vec(1.0, 2.0).requires_grad_()
+
+    def f(x):
+        loss = (x * w).sum()
+        loss.backward(retain_graph=True)
+        return x, loss
+
+    jitted = tx.jit(f)
+    for _ in range(3):
+        x = vec(3.0, 4.0).requires_grad_()
+        w.grad = None
+        back, loss = jitted(x)
+        assert back is x
+        loss.backward()  # the second walk, as eager allows with retain_graph
+        np.testing.assert_array_equal(w.grad.numpy(), [6.0, 8.0])
+
+
+def test_walking_a_graph_freed_inside_gives_eagers_message():
+    w = vec(1.0, 2.0).requires_grad_()
+
+    def f(x):
+        h = x * w
+        h.sum().backward()
+        return h * 2
+
+    jitted = tx.jit(f)
+    for run in (f, jitted, jitted):
+        with pytest.raises(RuntimeError, match="a second time"):
+            run(vec(1.0, 1.0)).sum().backward()
+
+
+def test_functools_partial_binds_a_model_whose_mode_is_watched():
+    model = _dropout_model()
+    step = tx.jit(functools.partial(lambda m, x: m(x), model))
+    x = tx.Tensor(np.ones((2, 4), np.float32))
+    step(x)
+    model.eval()
+    assert same(step(x), model(x))
