@@ -388,6 +388,12 @@ def show_read(t: "Tensor | None", how: str = "read on the host (item(), numpy(),
         observer.read(t, how)
 
 
+def show_module(module) -> None:
+    """Show observers that a module is called (what `tx.jit` records: its mode and hooks)."""
+    for observer in tuple(_observers):
+        observer.module(module)
+
+
 def replayable(function):
     """Mark a function that changes state outside the graph, on raw arrays (an optimizer's
     `step` and `zero_grad`, `clip_grad_norm`), so that observers see each call as

@@ -258,3 +258,47 @@ def test_functools_partial_binds_a_model_whose_mode_is_watched():
     step(x)
     model.eval()
     assert same(step(x), model(x))
+
+
+def test_a_detached_copy_of_the_result_with_a_graph_stays_detached():
+    w = vec(1.0, 2.0).requires_grad_()
+    jitted = tx.jit(lambda x: (lambda loss: (loss, loss, loss.detach()))((x * w).sum()))
+    for _ in range(3):
+        loss, again, logged = jitted(vec(3.0, 4.0))
+        assert again is loss and logged.requires_grad is False and loss.requires_grad
+
+
+class _Wrapper:
+    """Callable and holding a model, as DataParallel or a user's trainer is."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x):
+        return self.model(x)
+
+
+def test_modules_behind_callables_and_helpers_are_watched_and_eval_inside_is_replayed():
+    wrapped = _Wrapper(_dropout_model())
+    model = _dropout_model()
+
+    def helper(x):  # the step reaches `model` only through this function
+        return model(x)
+
+    x = tx.Tensor(np.ones((2, 4), np.float32))
+    for step, net in ((tx.jit(lambda x: wrapped(x)), wrapped.model), (tx.jit(lambda x: helper(x)), model)):
+        step(x)
+        net.eval()
+        assert same(step(x), net(x))
+
+    def evaluate(x):  # switches the mode itself, as an evaluation helper does
+        model.eval()
+        out = model(x)
+        model.train()
+        return out
+
+    model.train()
+    jitted, want = tx.jit(evaluate), evaluate(x)
+    for _ in range(3):
+        model.eval()  # the caller's mode, which evaluate() must leave as train, as eager does
+        assert same(jitted(x), want) and model.training

@@ -19,7 +19,7 @@ keyword params; `backward_begin(root, grad, retain_graph, create_graph, inputs)`
 and `backward_end()` around each walk; `call(function, args, kwargs, result)`
 after a state change outside the graph (functions marked `autograd.replayable`,
 such as `optimizer.step`); `read(tensor, how)` when a value leaves the graph (`item()`,
-`numpy()`, a cast or copy outside ops).
+`numpy()`, a cast or copy outside ops); `module(m)` when a module is called.
 
 An instrument is a context manager that puts itself on that list for the
 duration of a `with` block; it overrides whichever of the two calls it needs.
@@ -67,6 +67,9 @@ class Instrument:
 
     def call(self, function: Any, args: tuple, kwargs: dict, result: Any) -> None:
         """Called after a function marked `autograd.replayable` (an optimizer step) ran."""
+
+    def module(self, module: Any) -> None:
+        """Called when a module (`tx.nn.Module`) is called."""
 
     def read(self, t: Tensor | None, how: str) -> None:
         """Called when a value leaves the graph (`item()`, `numpy()`, a cast outside ops; see `show_read`)."""

@@ -65,14 +65,18 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
 - The modules in reach (found at the first call: the function itself, `self`,
   what a `functools.partial` binds, closure cells, globals, and what those hold
   one level down, inside lists, tuples and dicts too) give every submodule's
-  train/eval mode to the signature. Captured tensors are checked at each call:
-  one that changed its shape, dtype, device or `requires_grad` records anew. Not
-  seen: a module attribute rebound to another Tensor (load new values with
-  `load_state_dict` or `.data`, or jit anew), `p.grad = None` written by hand
-  (`optimizer.zero_grad()` and `module.zero_grad()` are replayed), an object made
-  inside the function (an optimizer: the record keeps the first call's), and
-  Python state the function reads or writes (globals, counters): all fixed at
-  the recording.
+  train/eval mode to the signature; a module the search missed but the function
+  called (through a helper function, say) is checked at each call, and records
+  anew when its mode changed. `train()`/`eval()` inside the function is replayed.
+  Captured tensors are checked at each call: one that changed its shape, dtype,
+  device or `requires_grad` records anew. Not seen: a module attribute rebound to
+  another Tensor (load new values with `load_state_dict` or `.data`, or jit anew),
+  a parameter passed as an argument while the function also uses it directly,
+  `p.grad = None` written by hand (`optimizer.zero_grad()` and `module.zero_grad()`
+  are replayed), objects made inside the function (an optimizer, a fresh leaf such
+  as `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
+  Python state the function reads or writes (globals, counters, a Python number
+  such as `clip_grad_norm`'s result used in an `if`): all fixed at the recording.
 - Checks of values run at every call, since the ops make them in `forward`
   (ids in range for embedding, cross-entropy and indexing); checks of shapes and
   dtypes, which the signature fixes, ran while recording only.
@@ -224,6 +228,9 @@ def _modules_in_reach(fn: Callable) -> list[Module]:
     return list(modules.values())
 
 
+_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+
+
 def _held_by(obj: Any) -> list:
     """What `obj` holds one level down (an object's attributes, a container's items), with
     lists, tuples and dicts among them opened all the way down, as `Module` finds parameters."""
@@ -231,7 +238,7 @@ def _held_by(obj: Any) -> list:
         items = list(obj.values())
     elif isinstance(obj, (list, tuple)):
         items = list(obj)
-    elif not isinstance(obj, (type, Module, types.ModuleType)) and not callable(obj) and hasattr(obj, "__dict__"):
+    elif not isinstance(obj, (type, Module, types.ModuleType, *_FUNCTIONS)) and hasattr(obj, "__dict__"):
         items = list(vars(obj).values())
     else:
         return []

@@ -93,8 +93,9 @@ def refuse_hooks(modules: list[Module], args: tuple, kwargs: dict) -> None:
     """Refuse module hooks on `modules` (every module in reach), on module arguments, or global ones."""
     arg_modules = [m for v in (*args, *kwargs.values()) if isinstance(v, Module) for m in v.modules()]
     if GLOBAL_HOOKS or any(m._hooks for m in (*modules, *arg_modules)):
-        raise JitError("jit: a module hook is registered; hooks run Python code that a replay would skip. "
-                       "Remove the hooks, or run this function without tx.jit")
+        raise JitError("jit: a module hook is registered (by you, or by a tool such as tx.inspect.record_modules); "
+                       "hooks run Python code that a replay would skip. Remove the hooks, or run this "
+                       "function without tx.jit")
 
 
 class Recorder(Instrument):
@@ -106,6 +107,7 @@ class Recorder(Instrument):
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
         self.leaf_of: dict[int, int] = {}  # id(leaf tensor) -> leaf number
         self.tensors = tensors
+        self.modules: dict[int, Module] = {}  # every module called while recording
         self.captured_slots: set[int] = set()
         self.arg_number = {id(t): i for i, t in enumerate(tensors)}
         self.alive: list = []  # everything whose id is a key above, so that no id is reused meanwhile
@@ -117,6 +119,7 @@ class Recorder(Instrument):
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
+        self.arg_slots = {slot for slot, _ in self.tape.args}
 
     def _new_slot(self, array: Any, name: str) -> int:
         slot = self.tape.n_slots
@@ -129,6 +132,10 @@ class Recorder(Instrument):
 
     def _source(self, t: Tensor) -> int:
         slot = self.slot_of.get(id(t.data))
+        if slot is not None and slot in self.arg_slots and id(t) not in self.arg_number and t.requires_grad \
+                and t.grad_fn is None:
+            raise JitError(f"jit: a tensor of shape {t.shape} the function uses was also passed as an argument; "
+                           "a replay would read the next call's argument in its place. Pass it one way only")
         if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
             if self._is_grad(t):
                 self.read(t, "used in an op as a gradient (.grad)")
@@ -176,7 +183,7 @@ class Recorder(Instrument):
             return  # a leaf's `.grad + g`: part of the walk, which the record derives itself
         ins = tuple(self._source(t) for t in inputs)
         if type(fn) is Getitem and any(is_bool_array(i) and id(i) in self.slot_of for i in params["index"]):
-            raise JitError("jit: indexing with a boolean mask computed in the function: the result's shape "
+            raise JitError("jit: indexing with a boolean mask that is an input or made in the function: the result's shape "
                            "depends on the mask's values, which a replay cannot follow. Multiply by the "
                            "mask or use where() instead")
         dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
@@ -258,6 +265,11 @@ class Recorder(Instrument):
         self.alive.append(result)
         self.tape.calls += 1
 
+    def module(self, module: Module) -> None:
+        if module._hooks or GLOBAL_HOOKS:
+            refuse_hooks([module], (), {})
+        self.modules[id(module)] = module
+
     def read(self, t: Tensor | None, how: str) -> None:
         """Refuse a value that leaves the graph (see `autograd.show_read`) if it may differ at the
         next call: made from the arguments by ops, a parameter (the optimizer changes it), a
@@ -282,6 +294,8 @@ class Recorder(Instrument):
         tape.output = self._output(result)
         tensors = [t for _, t in tape.captured]
         tape.guard = (tuple(tensors), [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors])
+        tape.modules = list(self.modules.values())
+        tape.modes = [m.training for m in tape.modules]
         self._plan_frees()
         return tape
 
@@ -297,9 +311,10 @@ class Recorder(Instrument):
                                "argument made; a replay could not give it anew")
             entry = self.entry_of.get(id(value.grad_fn)) if value.grad_fn is not None else None
             if entry is not None and entry not in self.consumed:
-                if self.tape.differentiable is not None:
+                if self.tape.differentiable is not None and self.tape.differentiable[1] != entry:
                     raise JitError("jit: the function returns two results with a graph; return one")
                 self.tape.differentiable = (slot, entry, self._walk(entry))
+                return ("replayed", slot, value.backend)  # this tensor, not a detached view of its array
             return ("tensor", slot, value.backend)
         if id(value) in self.call_of:
             return ("call", self.call_of[id(value)])
@@ -360,7 +375,7 @@ def _dynamic_slots(op: Op) -> list[int]:
 
 def _slots_in(spec: tuple) -> list[int]:
     kind = spec[0]
-    if kind == "tensor":
+    if kind in ("tensor", "replayed"):
         return [spec[1]]
     if kind in ("tuple", "list"):
         return [s for v in spec[1] for s in _slots_in(v)]

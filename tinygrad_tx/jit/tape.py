@@ -75,6 +75,8 @@ class Tape:
         self.differentiable: tuple | None = None  # (slot, op, nodes) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
+        self.modules: list = []  # the modules called while recording, and their train/eval modes
+        self.modes: list[bool] = []
         self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
         self.functions: dict = {}  # the program compiled to Python, per kind (see `_compiled`)
 
@@ -82,9 +84,11 @@ class Tape:
     def still_valid(self) -> bool:
         """Captured tensors (parameters) still as when recorded: whether each requires grad (a layer
         frozen since records anew), and its array's shape, dtype and device (shapes are constants
-        of the record, and a replay checks no devices)."""
+        of the record, and a replay checks no devices); and the modules called while recording in
+        the same mode, without hooks (a module the signature's search did not reach records anew)."""
         tensors, states = self.guard
-        return [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
+        return ([(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
+                and [m.training for m in self.modules] == self.modes and not any(m._hooks for m in self.modules))
 
     def replay(self, tensors: list[Tensor]) -> Any:
         if self.differentiable is not None and autograd.is_grad_enabled():
@@ -122,9 +126,9 @@ class Tape:
     def _build(self, spec: Any, values: list, results: list, tensors: list, replayed: Any = None) -> Any:
         """The function's result, as recorded in `output`; `replayed`: the result with a graph."""
         kind = spec[0]
-        if kind == "tensor":
-            if replayed is not None and spec[1] == self.differentiable[0]:
-                return replayed
+        if kind == "replayed" and replayed is not None:
+            return replayed
+        if kind in ("tensor", "replayed"):
             return Tensor._from_op(values[spec[1]], spec[2])
         if kind == "arg":  # an argument returned as it came, as eager gives it back
             return tensors[spec[1]]

@@ -24,6 +24,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if autograd._observers:
+            autograd.show_module(self)
         if not (self._hooks or GLOBAL_HOOKS):
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, args, kwargs)
@@ -100,6 +102,7 @@ class Module:
             t.data = t.backend.from_host(np.array(state[name], dtype=t.dtype))  # a copy: no shared memory
 
     # -- modes and devices --------------------------------------------------------------
+    @autograd.replayable  # `model.eval()` inside a jitted function: made again at each replay
     def train(self, mode: bool = True) -> "Module":
         for module in self.modules():
             module.training = mode
