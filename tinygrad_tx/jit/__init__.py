@@ -118,7 +118,7 @@ import numpy as np
 from .. import autograd
 from ..nn import Module
 from ..tensor import Tensor
-from .record import JitError, Recorder, check_same, record, refuse_hooks
+from .record import JitError, Recorder, check_same, record
 from .tape import Tape
 
 __all__ = ["jit", "Jitted", "JitError", "Tape"]
@@ -146,7 +146,6 @@ class Jitted:
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
         if self._modules is None:  # at the first call, not in jit(): globals defined after the decorator exist now
             self._modules = [m for top in _modules_in_reach(self.fn) for m in top.modules()]
-        refuse_hooks(self._modules, args, kwargs)  # at each call: one registered after a recording, too
         tensors: list[Tensor] = []
         key = self._key(args, kwargs, tensors)
         tape = self.tapes.get(key)

@@ -89,15 +89,6 @@ def _objects_in(value: Any) -> list:
     return [value]
 
 
-def refuse_hooks(modules: list[Module], args: tuple, kwargs: dict) -> None:
-    """Refuse module hooks on `modules` (every module in reach), on module arguments, or global ones."""
-    arg_modules = [m for v in (*args, *kwargs.values()) if isinstance(v, Module) for m in v.modules()]
-    if GLOBAL_HOOKS or any(m._hooks for m in (*modules, *arg_modules)):
-        raise JitError("jit: a module hook is registered (by you, or by a tool such as tx.inspect.record_modules); "
-                       "hooks run Python code that a replay would skip. Remove the hooks, or run this "
-                       "function without tx.jit")
-
-
 class Recorder(Instrument):
     """The instrument that writes a `Tape` while the function runs eagerly."""
 
@@ -119,7 +110,6 @@ class Recorder(Instrument):
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
-        self.arg_slots = {slot for slot, _ in self.tape.args}
 
     def _new_slot(self, array: Any, name: str) -> int:
         slot = self.tape.n_slots
@@ -132,10 +122,6 @@ class Recorder(Instrument):
 
     def _source(self, t: Tensor) -> int:
         slot = self.slot_of.get(id(t.data))
-        if slot is not None and slot in self.arg_slots and id(t) not in self.arg_number and t.requires_grad \
-                and t.grad_fn is None:
-            raise JitError(f"jit: a tensor of shape {t.shape} the function uses was also passed as an argument; "
-                           "a replay would read the next call's argument in its place. Pass it one way only")
         if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
             if self._is_grad(t):
                 self.read(t, "used in an op as a gradient (.grad)")
@@ -266,8 +252,12 @@ class Recorder(Instrument):
         self.tape.calls += 1
 
     def module(self, module: Module) -> None:
+        """A module called: its mode is checked before each replay (`Tape.still_valid`), and its
+        hooks are refused here, as a record made after one is registered finds them."""
         if module._hooks or GLOBAL_HOOKS:
-            refuse_hooks([module], (), {})
+            raise JitError("jit: a module hook is registered (by you, or by a tool such as "
+                           "tx.inspect.record_modules); hooks run Python code that a replay would skip. "
+                           "Remove the hooks, or run this function without tx.jit")
         self.modules[id(module)] = module
 
     def read(self, t: Tensor | None, how: str) -> None:

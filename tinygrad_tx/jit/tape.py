@@ -13,6 +13,7 @@ from typing import Any, Callable
 from .. import autograd
 from ..autograd import OnceDifferentiable
 from ..inspect.instrument import describe
+from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
 from .codegen import write_replay, write_walk
 
@@ -85,10 +86,12 @@ class Tape:
         """Captured tensors (parameters) still as when recorded: whether each requires grad (a layer
         frozen since records anew), and its array's shape, dtype and device (shapes are constants
         of the record, and a replay checks no devices); and the modules called while recording in
-        the same mode, without hooks (a module the signature's search did not reach records anew)."""
+        the same mode (a module the signature's search did not reach records anew), with no hook
+        registered since (recording anew refuses it)."""
         tensors, states = self.guard
         return ([(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
-                and [m.training for m in self.modules] == self.modes and not any(m._hooks for m in self.modules))
+                and [m.training for m in self.modules] == self.modes
+                and not GLOBAL_HOOKS and not any(m._hooks for m in self.modules))
 
     def replay(self, tensors: list[Tensor]) -> Any:
         if self.differentiable is not None and autograd.is_grad_enabled():
