@@ -235,11 +235,12 @@ def test_numpy_returns_a_copy(device):
     assert Tensor(np.array([[4.5]]), device=device).item() == 4.5
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 7, 12, 13, 64])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 12, 13, 31, 32, 64])
 def test_row_reductions_agree_with_numpy(device, n):
     """The fused ops' short-row helpers: the max by halving equals NumPy's exactly (also with
-    NaN and ±inf), the sums by products with ones agree with NumPy's sums."""
-    from tinygrad_tx.ops.reduce import column_sums, row_max, row_sums
+    NaN and ±inf), the sums by products with ones and the dots (einsum from 32 columns on)
+    agree with NumPy's sums, in float64."""
+    from tinygrad_tx.ops.reduce import column_dots, column_sums, row_dots, row_max, row_sums
 
     backend, rng = tx.get_backend(device), np.random.default_rng(n)
     x = rng.standard_normal((3, 5, n)).astype(np.float32)
@@ -253,3 +254,9 @@ def test_row_reductions_agree_with_numpy(device, n):
                                backend.to_host(finite).sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(backend.to_host(column_sums(backend.xp, finite)),
                                backend.to_host(finite).sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)
+    a, b = x[1:].astype(np.float64), rng.standard_normal((2, 5, n))  # the rows with no inf or NaN
+    row, column = row_dots(backend.xp, *map(backend.from_host, (a, b))), column_dots(
+        backend.xp, *map(backend.from_host, (a, b)))
+    assert backend.to_host(row).shape == (2, 5, 1) and backend.to_host(column).shape == (n,)
+    np.testing.assert_allclose(backend.to_host(row), (a * b).sum(axis=-1, keepdims=True), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(backend.to_host(column), (a * b).sum(axis=(0, 1)), rtol=1e-12, atol=1e-12)

@@ -262,6 +262,7 @@ CASES: dict[str, dict[str, Case]] = {
         "large_mean": Case(lambda a, w, b: F.layer_norm(a, w, b, eps=1e-3),
                            lambda d: [d.n(2, 4) + 20, d.n(4), d.n(4)]),
         "transposed": Case(lambda a, w, b: F.layer_norm(a, w, b), lambda d: [d.n(4, 3).T, d.n(4), d.n(4)]),
+        "wide": Case(lambda a, w, b: F.layer_norm(a, w, b), lambda d: [d.n(2, 3, 40), d.n(40), d.n(40)]),  # einsum dots
     },
     "CrossEntropy": {
         "mean": Case(lambda a: F.cross_entropy(a, ids([1, 0, 4], a)), lambda d: [d.n(3, 5)]),
@@ -299,6 +300,7 @@ CASES: dict[str, dict[str, Case]] = {
         "causal_with_cache": Case(seeded_attention(causal=True), lambda d: [d.n(2, 3), d.n(4, 3), d.n(4, 2)]),
         "dropout": Case(seeded_attention(mask=KEEP, dropout_p=0.3), lambda d: [d.n(4, 3), d.n(4, 3), d.n(4, 2)]),
         "transposed": Case(seeded_attention(), lambda d: [d.n(3, 4).T, d.n(3, 4).T, d.n(4, 2)]),
+        "many_keys": Case(seeded_attention(causal=True), lambda d: [d.n(3, 2), d.n(33, 2), d.n(33, 2)]),  # einsum dots
     },
 }
 

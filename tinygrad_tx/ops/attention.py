@@ -18,7 +18,7 @@ from .. import autograd
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
-from .reduce import row_max, row_sums
+from .reduce import row_dots, row_max, row_sums
 from .select import as_mask
 
 
@@ -91,7 +91,7 @@ class Attention(OnceDifferentiable):
         if self.drop is not None:
             gp *= self.drop
         gs = gp  # softmax backward, in place: p (gp - Σ gp p); 0 where blocked
-        gs -= row_sums(xp, gp * p)
+        gs -= row_dots(xp, gp, p)
         gs *= p
         gs *= q.dtype.type(self.scale)
         gq = heads_apart(xp, gs, k) if self.needs_grad[0] else None  # (..., Tq, d)

@@ -8,7 +8,7 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
-from .reduce import column_sums, row_sums
+from .reduce import column_dots, column_sums, row_dots, row_sums
 
 
 class Softmax(OnceDifferentiable):
@@ -62,7 +62,7 @@ class LayerNorm(OnceDifferentiable):
     def forward(self, x, w, b, eps):
         xp, D = self.xp, x.shape[-1]
         x_hat = x - row_sums(xp, x) / D  # (..., D) centred, then scaled in place
-        var = row_sums(xp, x_hat * x_hat) / D  # (..., 1)
+        var = row_dots(xp, x_hat, x_hat) / D  # (..., 1)
         self.rstd = 1 / self.xp.sqrt(var + eps)  # (..., 1)
         x_hat *= self.rstd  # (..., D)
         self.x_hat = x_hat
@@ -73,10 +73,10 @@ class LayerNorm(OnceDifferentiable):
     def backward(self, g, x, w, b):
         x_hat, rstd = self.x_hat, self.rstd
         xp, D = self.xp, x.shape[-1]
-        gw = column_sums(xp, g * x_hat) if self.needs_grad[1] else None  # (D,)
+        gw = column_dots(xp, g, x_hat) if self.needs_grad[1] else None  # (D,)
         gb = column_sums(xp, g) if self.needs_grad[2] else None  # (D,)
         gx = g * w  # (..., D) the gradient of x_hat, turned into x's in place below
-        dot = row_sums(xp, gx * x_hat) / D  # (..., 1)
+        dot = row_dots(xp, gx, x_hat) / D  # (..., 1)
         gx -= row_sums(xp, gx) / D
         gx -= x_hat * dot
         gx *= rstd
