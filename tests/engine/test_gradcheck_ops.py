@@ -300,6 +300,8 @@ CASES: dict[str, dict[str, Case]] = {
         "causal_with_cache": Case(seeded_attention(causal=True), lambda d: [d.n(2, 3), d.n(4, 3), d.n(4, 2)]),
         "dropout": Case(seeded_attention(mask=KEEP, dropout_p=0.3), lambda d: [d.n(4, 3), d.n(4, 3), d.n(4, 2)]),
         "transposed": Case(seeded_attention(), lambda d: [d.n(3, 4).T, d.n(3, 4).T, d.n(4, 2)]),
+        "mask_adds_batch": Case(seeded_attention(mask=np.stack([KEEP, KEEP.T])),  # (2, 4, 4) mask, 2-D q, k, v
+                                lambda d: [d.n(4, 3), d.n(4, 3), d.n(4, 2)]),
         "many_keys": Case(seeded_attention(causal=True), lambda d: [d.n(3, 2), d.n(33, 2), d.n(33, 2)]),  # einsum dots
     },
 }

