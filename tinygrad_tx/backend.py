@@ -11,6 +11,7 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 from typing import Any
@@ -24,6 +25,18 @@ class DeviceError(RuntimeError):
     """Raised when a device is unknown, unavailable, or mixed within one op."""
 
 
+def _replayable(function):
+    """`autograd.replayable` for this module, which autograd imports, so it is looked up at call
+    time: a reseeding is shown to instruments, and `tx.jit` reseeds again at each replay."""
+
+    @functools.wraps(function)
+    def announced(*args, **kwargs):
+        from .autograd import replayable
+        return replayable(function)(*args, **kwargs)
+
+    return announced
+
+
 class Backend:
     """One device: its array module `xp` and the few helpers that differ per library."""
 
@@ -31,7 +44,7 @@ class Backend:
         self.name = name
         self.xp = xp
         self.array_type = array_type
-        self.seed(_seed)
+        self.rng = self._generator(_seed)
 
     def __repr__(self) -> str:
         return f"Backend({self.name!r})"
@@ -59,8 +72,13 @@ class Backend:
         self._scatter_add(target, index, values)
 
     # -- random numbers ------------------------------------------------------------
+    @_replayable
     def seed(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
+        """Reseed this device's generator (dropout's masks)."""
+        self.rng = self._generator(seed)
+
+    def _generator(self, seed: int) -> Any:
+        return np.random.default_rng(seed)
 
     def bernoulli_keep(self, shape: tuple, p: float) -> Any:
         """A boolean array on this device, each element False with probability `p` (dropout).
@@ -179,8 +197,8 @@ class CupyBackend(Backend):
 
         self._erf = erf
 
-    def seed(self, seed):
-        self.rng = self.xp.random.default_rng(seed)
+    def _generator(self, seed):
+        return self.xp.random.default_rng(seed)
 
     def bernoulli_keep(self, shape, p):
         # Drawn on the GPU: shipping a mask from the host every step would cost more.
@@ -248,14 +266,19 @@ def backend_of(array: Any) -> Backend:
 
 
 def host_rng() -> np.random.Generator:
-    """The host generator parameters are drawn from, so one seed gives one model on every device."""
+    """The host generator parameters are drawn from, so one seed gives one model on every device.
+    Each use is shown to instruments as numbers made outside ops (`tx.jit` refuses it)."""
+    from .autograd import show_read  # here: autograd imports this module
+
+    show_read(None, "drawn from the host generator (nn.init, tx.randn)")
     return _host_rng
 
 
+@_replayable
 def manual_seed(seed: int) -> None:
     """Seed the host generator and every backend's generator (also those loaded later)."""
     global _seed, _host_rng
     _seed = seed
     _host_rng = np.random.default_rng(seed)
     for backend in _backends.values():
-        backend.seed(seed)
+        backend.rng = backend._generator(seed)

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd
 from .backend import get_backend, host_rng
 from .tensor import DEFAULT_DTYPE, Tensor
 
@@ -34,8 +33,6 @@ def ones(*shape, dtype: Any = None, device: str | None = None, requires_grad: bo
 
 def randn(*shape, dtype: Any = None, device: str | None = None, requires_grad: bool = False) -> Tensor:
     """Standard normal numbers drawn on the host (see the module docstring), then moved."""
-    if autograd._observers:
-        autograd.show_read(None, "drawn from the host generator (tx.randn)")
     host = host_rng().standard_normal(_shape(shape)).astype(dtype or DEFAULT_DTYPE)
     return Tensor(host, requires_grad=requires_grad, device=device)
 
