@@ -388,6 +388,14 @@ def show_read(t: "Tensor | None", how: str = "read on the host (item(), numpy(),
         observer.read(t, how)
 
 
+def show_side_effect(how: str) -> None:
+    """Show observers a change made outside ops and replayable calls (`how`: a tensor's `.data`
+    replaced, a hook registered, an instrument turned on). A recording such as `tx.jit`'s
+    refuses it: a replay makes only the ops and calls, so it would not make this change again."""
+    for observer in tuple(_observers):
+        observer.side_effect(how)
+
+
 def show_module(module) -> None:
     """Show observers that a module is called (what `tx.jit` records: its mode and hooks)."""
     for observer in tuple(_observers):

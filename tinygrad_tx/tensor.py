@@ -185,6 +185,8 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
+            if autograd._observers:
+                autograd.show_side_effect(f"a hook registered on a tensor of shape {self.shape}")
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -199,6 +201,8 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
+        if autograd._observers:
+            autograd.show_side_effect(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
         autograd._ready_hooks_registered = True
 

@@ -102,7 +102,20 @@ REFUSED = {  # each: what a replay would have kept fixed at the recording call's
     "an iterator": (_optimizer_made_per_call, "iterator"),
     "a leaf made inside": (lambda w: lambda x: (lambda leaf: ((leaf * w[0]).sum().backward(), x.sum())[1])(
         (x * 1).detach().requires_grad_()), "requires grad"),
+    # changes outside ops, which a replay would not make again
+    ".data replaced (an EMA)": (lambda w: lambda x: (setattr(w, "data", (w * 0.9).data), x.sum())[1], ".data"),
+    "nn.init inside": (lambda w: lambda x: nn.init.normal_(tx.zeros(2)) + x, "host generator"),
+    "a weight re-initialised": (lambda w: lambda x: (nn.init.zeros_(w), x.sum())[1], ".data"),
+    "a hook registered inside": (lambda w: lambda x: (w.register_hook(lambda g: g * 0.5), x.sum())[1], "hook"),
+    "a post-accumulate hook registered inside": (
+        lambda w: lambda x: (w.register_post_accumulate_grad_hook(print), x.sum())[1], "hook"),
+    "an instrument turned on inside": (lambda w: lambda x: _sum_watched(x), "turned on"),
 }
+
+
+def _sum_watched(x):
+    with tx.inspect.detect_anomaly():
+        return x.sum()
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
@@ -302,3 +315,105 @@ def test_modules_behind_callables_and_helpers_are_watched_and_eval_inside_is_rep
     for _ in range(3):
         model.eval()  # the caller's mode, which evaluate() must leave as train, as eager does
         assert same(jitted(x), want) and model.training
+
+
+def test_manual_seed_inside_is_made_again_at_each_replay():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+    def f(x):
+        tx.manual_seed(123)  # the same dropout mask at every call
+        return model(x)
+
+    jitted, x = tx.jit(f), tx.Tensor(np.ones((3, 4), np.float32))
+    want = f(x)
+    after = nn.Dropout(0.5)(x)  # the generator as eager leaves it
+    for _ in range(3):
+        assert same(jitted(x), want)
+    assert same(nn.Dropout(0.5)(x), after) and jitted.replays == 2
+
+
+def test_another_threads_eager_work_stays_out_of_the_record():
+    import threading
+
+    w, other = (tx.Tensor(np.ones(3, np.float32), requires_grad=True) for _ in range(2))
+    recording, done = threading.Event(), threading.Event()
+
+    def f(x):
+        recording.set()
+        done.wait(10)  # the other thread works while this call records
+        loss = (x * w).sum()
+        loss.backward()
+        return loss
+
+    def eager_elsewhere():
+        recording.wait(10)
+        sgd = optim.SGD([other], lr=0.1)
+        (other * 2).sum().backward()
+        sgd.step()
+        done.set()
+
+    thread = threading.Thread(target=eager_elsewhere)
+    thread.start()
+    jitted, x = tx.jit(f), vec(1.0, 2.0, 3.0)
+    jitted(x)
+    thread.join()
+    np.testing.assert_array_equal(other.numpy(), np.float32([0.8, 0.8, 0.8]))
+    done.set()
+    for _ in range(2):  # replays make f's ops only: `other` is not stepped again
+        w.grad = None
+        jitted(x)
+    np.testing.assert_array_equal(other.numpy(), np.float32([0.8, 0.8, 0.8]))
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0, 3.0])
+
+
+def test_a_module_out_of_reach_is_guarded_by_its_mode_when_first_called():
+    from types import SimpleNamespace
+
+    holder = SimpleNamespace(inner=SimpleNamespace(model=_dropout_model()))  # out of the search's reach
+
+    def f(x):
+        out = holder.inner.model(x)
+        holder.inner.model.eval()  # leaves it in eval mode, as the caller's next call finds it
+        return out
+
+    model, x = holder.inner.model, tx.Tensor(np.ones((2, 4), np.float32))
+    jitted = tx.jit(f)
+    jitted(x)  # recorded in train mode
+    assert same(jitted(x), model(x)) and not model.training  # eval now: recorded anew, not replayed
+    assert jitted.traces == 2
+
+
+class _Trainer:
+    def __init__(self, scale):
+        self.w = tx.Tensor(np.full(2, scale, np.float32))
+
+    @tx.jit
+    def step(self, x):
+        return x * self.w
+
+
+def test_jit_on_a_method_binds_the_instance():
+    a, b, x = _Trainer(2.0), _Trainer(3.0), vec(1.0, 2.0)
+    for _ in range(2):
+        assert same(a.step(x), vec(2.0, 4.0)) and same(b.step(x), vec(3.0, 6.0))
+    assert _Trainer.step.replays == 2
+
+
+def test_a_refusal_by_verify_holds_for_later_calls():
+    def f(x):
+        return x * 2 if x.data[0] > 0 else x * 3  # a branch on raw .data, unseen by the recorder
+
+    jitted = tx.jit(f, verify=True)
+    jitted(vec(1.0))
+    with pytest.raises(JitError):
+        jitted(vec(-1.0))
+    for value in (1.0, 1.0, -1.0):  # two agreeing calls must not confirm one branch for all
+        with pytest.raises(JitError):
+            jitted(vec(value))
+
+
+def test_a_slice_argument_is_in_the_signature_by_value():
+    jitted, x = tx.jit(lambda x, part: x[part] * 2), vec(1.0, 2.0, 3.0)
+    for part in (slice(0, 2), slice(0, 2), slice(1, 3), slice(0, 2)):
+        assert same(jitted(x, part), x[part] * 2)
+    assert (jitted.traces, jitted.replays) == (2, 2)

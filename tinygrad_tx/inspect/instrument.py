@@ -40,6 +40,7 @@ class Instrument:
     """Base of the instruments: `with Instrument() as it:` observes every op run in the block."""
 
     def __enter__(self):
+        autograd.show_side_effect(f"{type(self).__name__} turned on")
         autograd._observers.append(self)
         return self
 
@@ -73,6 +74,9 @@ class Instrument:
 
     def read(self, t: Tensor | None, how: str) -> None:
         """Called when a value leaves the graph (`item()`, `numpy()`, a cast outside ops; see `show_read`)."""
+
+    def side_effect(self, how: str) -> None:
+        """Called for a change outside ops (`.data` replaced, a hook registered; see `show_side_effect`)."""
 
 
 def raw(x: Any) -> Any:

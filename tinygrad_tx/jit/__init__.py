@@ -51,7 +51,15 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   weights asked for with `return_weights`; a boolean-mask index made in the function
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
-  they took different paths.
+  they took different paths (and at every later call of that signature).
+- Changes made outside ops and replayable calls raise `JitError` (`autograd.show_side_effect`):
+  a hook registered on a leaf, an instrument turned on; and, found at the end of the
+  recording, `t.data = ...` (an EMA, `load_state_dict`, `.to()`) on an argument, a tensor an
+  op used, or a tensor of a module in reach or called. Host randomness (`nn.init`,
+  `tx.randn`) is refused as a read. `tx.manual_seed` and `backend.seed` are replayable
+  calls. In-place writes into a raw array (`np.clip(p.grad.data, ..., out=p.grad.data)`)
+  are not seen: they are not repeated.
+- A recording is one thread's: what other threads do meanwhile stays out of it.
 - Arrays computed outside ops (raw NumPy/CuPy on `.data`, or `tx.Tensor(array)`
   made inside `fn`) are constants of the record; with `verify=True`, two
   recordings that got different values raise `JitError`. Masks and ids made with Tensor operations (`ids.ne(pad)`,
@@ -66,8 +74,8 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   what a `functools.partial` binds, closure cells, globals, and what those hold
   one level down, inside lists, tuples and dicts too) give every submodule's
   train/eval mode to the signature; a module the search missed but the function
-  called (through a helper function, say) is checked at each call, and records
-  anew when its mode changed. `train()`/`eval()` inside the function is replayed.
+  called (through a helper function, say) is checked at each call against its mode
+  when first called, and records anew when it changed. `train()`/`eval()` inside the function is replayed.
   Captured tensors are checked at each call: one that changed its shape, dtype,
   device or `requires_grad` records anew. Not seen: a module attribute rebound to
   another Tensor (load new values with `load_state_dict` or `.data`, or jit anew),
@@ -139,24 +147,39 @@ class Jitted:
         self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
+        self._tensors: list[Tensor] = []  # and every tensor
+        self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        """`@tx.jit` on a method: `trainer.step(x)` passes the trainer as the first argument."""
+        return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if autograd._observers and any(type(o) is Recorder for o in autograd._observers):
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
         if self._modules is None:  # at the first call, not in jit(): globals defined after the decorator exist now
-            self._modules = [m for top in _modules_in_reach(self.fn) for m in top.modules()]
+            reach = _in_reach(self.fn)
+            self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
+            self._tensors = [t for t in reach if isinstance(t, Tensor)]  # watched for a replaced .data
         tensors: list[Tensor] = []
         key = self._key(args, kwargs, tensors)
+        if key in self.refused:  # for good: a later pair of calls that happen to agree proves nothing
+            raise self.refused[key]
         tape = self.tapes.get(key)
         if tape is not None and tape.confirmed and tape.still_valid():
             self.tapes.move_to_end(key)
             self.replays += 1
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
-        tape, result = record(self.fn, args, kwargs, tensors)
+        tape, result = record(self.fn, args, kwargs, tensors, self._modules, self._tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree
-            check_same(first, tape)
+            try:
+                check_same(first, tape)
+            except JitError as error:
+                del self.tapes[key]
+                self.refused[key] = error
+                raise
         tape.confirmed = first is not None or not self.verify
         self.tapes[key] = tape
         self.tapes.move_to_end(key)
@@ -199,6 +222,8 @@ def _signature(value: Any, tensors: list) -> Any:
             and hasattr(value, "shape"):
         raise JitError("jit: an argument is a raw array; pass a Tensor, so that each call's values are "
                        "used (a raw array would be read as a constant of the record)")
+    if isinstance(value, slice):
+        return ("slice", *(_signature(v, tensors) for v in (value.start, value.stop, value.step)))
     if isinstance(value, Module):
         return ("Module", id(value), tuple(m.training for m in value.modules()))  # its tensors are captured
     if value is None or isinstance(value, (bool, int, str, bytes)):
@@ -206,10 +231,11 @@ def _signature(value: Any, tensors: list) -> Any:
     return ("object", id(value))  # an optimizer, say: its identity matters; the record keeps it alive
 
 
-def _modules_in_reach(fn: Callable) -> list[Module]:
-    """Modules `fn` can reach without arguments: `fn` itself (`tx.jit(model)`), `self` of a method,
+def _in_reach(fn: Callable) -> list:
+    """What `fn` can reach without arguments: `fn` itself (`tx.jit(model)`), `self` of a method,
     what a `functools.partial` binds, closure cells, globals it names, and what each of those holds
-    one level down (attributes, items of a list, tuple or dict); their modes join the signature."""
+    one level down (attributes, items of a list, tuple or dict). The modes of the modules among
+    them join the signature."""
     found = [fn, getattr(fn, "__self__", None)]
     if isinstance(fn, functools.partial):
         found += [*fn.args, *fn.keywords.values(), fn.func, getattr(fn.func, "__self__", None)]
@@ -221,10 +247,7 @@ def _modules_in_reach(fn: Callable) -> list[Module]:
             continue
     code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
     found += [names[n] for n in (code.co_names if code else ()) if n in names]
-    modules: dict[int, Module] = {}
-    for obj in found:
-        modules.update((id(v), v) for v in (obj, *_held_by(obj)) if isinstance(v, Module))
-    return list(modules.values())
+    return list({id(v): v for obj in found for v in (obj, *_held_by(obj))}.values())
 
 
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)

@@ -4,6 +4,8 @@ and cannot see); `check_same` compares the two recordings of a signature.
 """
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -67,9 +69,11 @@ def _same_value(a: Any, b: Any) -> bool:
 
 # -- recording -------------------------------------------------------------------------------
 
-def record(fn: Callable, args: tuple, kwargs: dict, tensors: list) -> tuple[Tape, Any]:
-    """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
-    recorder = Recorder(tensors)
+def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, modules: list[Module],
+           reached: list[Tensor]) -> tuple[Tape, Any]:
+    """Run `fn` eagerly under a `Recorder` (`modules`, `reached`: the modules and tensors in reach);
+    returns the record and `fn`'s result."""
+    recorder = Recorder(tensors, modules, reached)
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
@@ -89,16 +93,30 @@ def _objects_in(value: Any) -> list:
     return [value]
 
 
-class Recorder(Instrument):
-    """The instrument that writes a `Tape` while the function runs eagerly."""
+def _this_thread(method: Callable) -> Callable:
+    """Ignore what other threads show: the observer list is global, a recording one thread's."""
 
-    def __init__(self, tensors: list[Tensor]):
+    @functools.wraps(method)
+    def filtered(self, *args):
+        if threading.get_ident() == self.thread:
+            return method(self, *args)
+        return None
+
+    return filtered
+
+
+class Recorder(Instrument):
+    """The instrument that writes a `Tape` while the function runs eagerly (in its own thread)."""
+
+    def __init__(self, tensors: list[Tensor], modules: list[Module], reached: list[Tensor]):
         self.tape = Tape()
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
         self.leaf_of: dict[int, int] = {}  # id(leaf tensor) -> leaf number
         self.tensors = tensors
-        self.modules: dict[int, Module] = {}  # every module called while recording
+        self.thread = threading.get_ident()
+        self.modules: dict[int, tuple[Module, bool | None]] = {}  # each module called: its mode then
+        self.mode_set: set[int] = set()  # modules whose mode the function set (train()/eval())
         self.captured_slots: set[int] = set()
         self.arg_number = {id(t): i for i, t in enumerate(tensors)}
         self.alive: list = []  # everything whose id is a key above, so that no id is reused meanwhile
@@ -107,9 +125,12 @@ class Recorder(Instrument):
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
+        self.arrays: dict[int, tuple[Tensor, Any]] = {}  # id(tensor) -> it and its array, to see it replaced
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
+        for t in (*tensors, *reached, *(t for m in modules for _, t in m.named_tensors())):
+            self.arrays.setdefault(id(t), (t, t.data))
 
     def _new_slot(self, array: Any, name: str) -> int:
         slot = self.tape.n_slots
@@ -127,6 +148,7 @@ class Recorder(Instrument):
                 self.read(t, "used in an op as a gradient (.grad)")
             slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
             self.tape.captured.append((slot, t))
+            self.arrays.setdefault(id(t), (t, t.data))
             self.captured_slots.add(slot)
             self.alive.append(t)
         return slot
@@ -164,6 +186,7 @@ class Recorder(Instrument):
         return (False, leaf)
 
     # -- what the engine shows -----------------------------------------------------------------
+    @_this_thread
     def op(self, fn, inputs, params, output, recorded) -> None:
         if self.walking:
             return  # a leaf's `.grad + g`: part of the walk, which the record derives itself
@@ -186,6 +209,7 @@ class Recorder(Instrument):
         else:
             self.tape.program.append([op])
 
+    @_this_thread
     def backward_begin(self, root, grad, retain_graph, create_graph, inputs) -> None:
         if create_graph or inputs is not None:
             raise JitError("jit: create_graph=True and tx.grad are not supported inside a jitted function")
@@ -204,9 +228,11 @@ class Recorder(Instrument):
             step = Backward(root_entry, None, seed, nodes, root.backend, retain_graph)
         self.tape.program.append(step)
 
+    @_this_thread
     def backward(self, fn, grad, grads, seconds) -> None:
         self.grad_shapes[self.entry_of[id(fn)]] = [None if g is None else g.shape for g in grads]
 
+    @_this_thread
     def backward_end(self) -> None:
         """Now that the walk ran, mark the routes that need a broadcast sum (`sum_to`) and drop
         that check from the others: the shapes the backward returned are known."""
@@ -240,26 +266,42 @@ class Recorder(Instrument):
             nodes.append(Node(index, op.ins, tuple(routes)))
         return nodes
 
+    @_this_thread
     def call(self, function, args, kwargs, result) -> None:
         if self.walking:
             return
         if any(isinstance(a, Iterator) for a in (*args, *kwargs.values())):
             raise JitError(f"jit: {function.__qualname__} got an iterator (a generator?), which a replay "
                            "would find used up; pass a list")
+        if function is Module.train.__wrapped__:  # the mode of these is the function's doing from here
+            self.mode_set.update(id(m) for m in args[0].modules())
         self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
         self.call_of[id(result)] = self.tape.calls
         self.alive.append(result)
         self.tape.calls += 1
 
+    @_this_thread
     def module(self, module: Module) -> None:
-        """A module called: its mode is checked before each replay (`Tape.still_valid`), and its
-        hooks are refused here, as a record made after one is registered finds them."""
+        """A module called: its mode at its first call is checked before each replay (`Tape.still_valid`;
+        None if the function set it itself before), and its hooks are refused here, as a record made
+        after one is registered finds them."""
         if module._hooks or GLOBAL_HOOKS:
             raise JitError("jit: a module hook is registered (by you, or by a tool such as "
                            "tx.inspect.record_modules); hooks run Python code that a replay would skip. "
                            "Remove the hooks, or run this function without tx.jit")
-        self.modules[id(module)] = module
+        if id(module) not in self.modules:
+            self.modules[id(module)] = (module, None if id(module) in self.mode_set else module.training)
+            for _, t in module.named_tensors():
+                self.arrays.setdefault(id(t), (t, t.data))
 
+    @_this_thread
+    def side_effect(self, how: str) -> None:
+        if not self.walking:  # a hook running in backward runs again at each replay
+            raise JitError(f"jit: {how} inside the function; a replay makes only its ops and replayable "
+                           "calls (optimizer steps), so it would not do this again. Do it outside the "
+                           "jitted function")
+
+    @_this_thread
     def read(self, t: Tensor | None, how: str) -> None:
         """Refuse a value that leaves the graph (see `autograd.show_read`) if it may differ at the
         next call: made from the arguments by ops, a parameter (the optimizer changes it), a
@@ -280,12 +322,16 @@ class Recorder(Instrument):
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
+        for t, array in self.arrays.values():
+            if t.data is not array:
+                self.side_effect(f"the .data of a tensor of shape {t.shape} was replaced (an EMA? nn.init? "
+                                 "load_state_dict?)")
         tape = self.tape
         tape.output = self._output(result)
         tensors = [t for _, t in tape.captured]
         tape.guard = (tuple(tensors), [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors])
-        tape.modules = list(self.modules.values())
-        tape.modes = [m.training for m in tape.modules]
+        tape.modules = [m for m, _ in self.modules.values()]
+        tape.modes = [mode for _, mode in self.modules.values()]
         self._plan_frees()
         return tape
 

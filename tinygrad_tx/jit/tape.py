@@ -86,11 +86,12 @@ class Tape:
         """Captured tensors (parameters) still as when recorded: whether each requires grad (a layer
         frozen since records anew), and its array's shape, dtype and device (shapes are constants
         of the record, and a replay checks no devices); and the modules called while recording in
-        the same mode (a module the signature's search did not reach records anew), with no hook
+        the mode they were in when the function called them first (None: the function set it
+        itself before; a module the signature's search did not reach records anew), with no hook
         registered since (recording anew refuses it)."""
         tensors, states = self.guard
         return ([(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
-                and [m.training for m in self.modules] == self.modes
+                and all(mode is None or m.training == mode for m, mode in zip(self.modules, self.modes))
                 and not GLOBAL_HOOKS and not any(m._hooks for m in self.modules))
 
     def replay(self, tensors: list[Tensor]) -> Any:
