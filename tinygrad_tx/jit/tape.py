@@ -77,7 +77,7 @@ class Tape:
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
         self.modules: list = []  # the modules called while recording, and their train/eval modes
-        self.modes: list[bool] = []
+        self.modes: list[bool | None] = []
         self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
         self.functions: dict = {}  # the program compiled to Python, per kind (see `_compiled`)
 
