@@ -69,11 +69,10 @@ def _same_value(a: Any, b: Any) -> bool:
 
 # -- recording -------------------------------------------------------------------------------
 
-def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, modules: list[Module],
-           reached: list[Tensor]) -> tuple[Tape, Any]:
-    """Run `fn` eagerly under a `Recorder` (`modules`, `reached`: the modules and tensors in reach);
+def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, reached: list[Tensor]) -> tuple[Tape, Any]:
+    """Run `fn` eagerly under a `Recorder` (`reached`: the tensors in reach, modules' included);
     returns the record and `fn`'s result."""
-    recorder = Recorder(tensors, modules, reached)
+    recorder = Recorder(tensors, reached)
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
@@ -108,7 +107,7 @@ def _this_thread(method: Callable) -> Callable:
 class Recorder(Instrument):
     """The instrument that writes a `Tape` while the function runs eagerly (in its own thread)."""
 
-    def __init__(self, tensors: list[Tensor], modules: list[Module], reached: list[Tensor]):
+    def __init__(self, tensors: list[Tensor], reached: list[Tensor]):
         self.tape = Tape()
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
@@ -129,7 +128,7 @@ class Recorder(Instrument):
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
-        for t in (*tensors, *reached, *(t for m in modules for _, t in m.named_tensors())):
+        for t in (*tensors, *reached):
             self.arrays.setdefault(id(t), (t, t.data))
 
     def _new_slot(self, array: Any, name: str) -> int:
