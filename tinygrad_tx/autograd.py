@@ -177,9 +177,8 @@ class Function:
         arrays = [t.data for t in inputs]
         try:
             data = fn.forward(*arrays, **params) if not _observers else _watch_forward(fn, inputs, arrays, params)
-        except (ValueError, IndexError) as e:  # name the op and the shapes, not just NumPy's words
-            shapes = ", ".join(str(t.shape) for t in inputs)
-            raise type(e)(f"{cls.__name__} on inputs of shape {shapes}: {e}") from None
+        except (ValueError, IndexError) as e:
+            raise op_error(e, cls.__name__, [t.shape for t in inputs]) from None
         out = Tensor._from_op(data, backend)
         if _grad_enabled:
             needs_grad = [t.requires_grad for t in inputs]
@@ -194,6 +193,18 @@ class Function:
             return f"<{self.name}, graph released>"
         args = ", ".join(t.name or str(t.shape) for t in self.inputs)
         return f"<{self.name}({args})>"
+
+
+def op_error(e: Exception, op: str, shapes: Sequence[tuple]) -> Exception:
+    """`e` with the op and its input shapes named, not just NumPy's words; unchanged if an
+    op inside this one (a jit replay runs many) already named itself. Its traceback still
+    shows where the error arose."""
+    if getattr(e, "op_named", False):
+        return e
+    named = type(e)(f"{op} on inputs of shape {', '.join(str(s) for s in shapes)}: {e}")
+    named.with_traceback(e.__traceback__)
+    named.op_named = True
+    return named
 
 
 class OnceDifferentiable(Function, register=False):

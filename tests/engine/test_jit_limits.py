@@ -110,6 +110,7 @@ REFUSED = {  # each: what a replay would have kept fixed at the recording call's
     "a post-accumulate hook registered inside": (
         lambda w: lambda x: (w.register_post_accumulate_grad_hook(print), x.sum())[1], "hook"),
     "an instrument turned on inside": (lambda w: lambda x: _sum_watched(x), "turned on"),
+    "a tensor made outside ops returned": (lambda w: lambda x: (x.sum(), tx.Tensor(np.float32(3))), "made outside ops"),
 }
 
 
@@ -417,3 +418,45 @@ def test_a_slice_argument_is_in_the_signature_by_value():
     for part in (slice(0, 2), slice(0, 2), slice(1, 3), slice(0, 2)):
         assert same(jitted(x, part), x[part] * 2)
     assert (jitted.traces, jitted.replays) == (2, 2)
+
+
+def test_a_returned_gradient_is_the_gradient_the_replay_left():
+    def twins():
+        tx.manual_seed(0)
+        layer = nn.Linear(3, 2)
+        return layer, optim.Adam(layer.parameters(), lr=0.1)
+
+    def step_of(layer, opt):
+        def step(x):
+            opt.zero_grad()
+            loss = (layer(x) ** 2).sum()
+            loss.backward()
+            opt.step()
+            return loss, layer.weight.grad, x.grad
+        return step
+
+    (a, opt_a), (b, opt_b) = twins(), twins()
+    eager, jitted = step_of(a, opt_a), tx.jit(step_of(b, opt_b))
+    for i in range(4):
+        x = tx.Tensor(np.random.default_rng(i).standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+        x2 = tx.Tensor(x.numpy(), requires_grad=True)
+        want, got = eager(x), jitted(x2)
+        assert same(want, got) and got[1] is b.weight.grad and got[2] is x2.grad
+    assert jitted.replays == 3
+
+
+def test_an_error_in_a_replay_names_the_op_and_shapes_as_eager_does():
+    table = nn.Embedding(10, 4)
+    ids = lambda *values: tx.Tensor(np.array(values))
+    for with_graph in (True, False):
+        jitted = tx.jit(lambda i: table(i).sum())
+        with tx.enable_grad() if with_graph else tx.no_grad():
+            jitted(ids(1, 2, 3))
+            jitted(ids(1, 2, 4))
+            with pytest.raises(IndexError) as eager:
+                table(ids(1, 2, 12))
+            with pytest.raises(IndexError) as replayed:
+                jitted(ids(1, 2, 12))
+        assert jitted.replays == 2
+        assert str(replayed.value) == str(eager.value) and str(eager.value).startswith(
+            "Embedding on inputs of shape (10, 4), (3,): ")

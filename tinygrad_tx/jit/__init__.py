@@ -97,7 +97,10 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   still has one that no backward in the function used (or one that used it with
   `retain_graph=True`): then the whole replay is one node (`Replayed`) whose
   backward runs the recorded walk, so gradients (and `tx.gradcheck`) work through
-  a jitted function; a tensor passed in and returned as it is comes back itself.
+  a jitted function; a tensor passed in and returned as it is comes back itself,
+  and a returned `.grad` is that tensor's `.grad` as the replay left it. A tensor
+  made outside ops (`tx.Tensor(3.0)`) and returned is refused: a replay makes none.
+- An op's error in a replay names the op and its input shapes, as in eager.
   Gradients through `Replayed` are summed per leaf inside it first, so a parameter
   used inside and outside the function may differ from eager in the last bit.
 - Instruments active during a replay see nothing of it: they saw the recording.

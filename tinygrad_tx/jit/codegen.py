@@ -42,6 +42,7 @@ class _Writer:
         self.tape, self.function = tape, function
         self.lines = [f"def {function}({parameters}):"]
         self.names: dict[int, str] = {}  # id of a constant -> its name in the scope
+        self.forward_at: dict[int, Any] = {}  # line number -> the op whose forward that line runs
         self.scope = {"Sink": _Sink, "sum_to": sum_to, "no_grad": autograd.no_grad, "walks": autograd._walks}
 
     def __call__(self, line: str, depth: int = 1) -> None:
@@ -82,6 +83,7 @@ class _Writer:
         exec(compile(source, filename, "exec"), self.scope)
         function = self.scope.pop(self.function)  # not left in its own globals: no reference cycle to collect
         weakref.finalize(function, linecache.cache.pop, filename, None)  # an evicted record's lines go too
+        function.forward_at = self.forward_at
         return function
 
 
@@ -126,6 +128,7 @@ def _forward(w: _Writer, op, keep: bool) -> None:
         args.append("**" + w.name(static, "params"))
     args += [f"{k}={w.binding(b)}" for k, b in dynamic.items()]
     w(f"f = {cls}(); f.backend, f.xp = {backend}, {backend}.xp")
+    w.forward_at[len(w.lines) + 1] = op
     w(f"V[{op.out}] = f.forward({', '.join(args)})  # #{op.index} {op.cls.__name__} -> {w.tape.slot_names[op.out]}")
     if op.recorded:
         w(f"f.needs_grad = {tuple(op.needs_grad)}; F[{op.index}] = f")

@@ -315,9 +315,15 @@ class Recorder(Instrument):
                            "and read it after the call")
 
     def _is_grad(self, t: Tensor) -> bool:
-        """Whether `t` is the `.grad` of an argument or a captured tensor (a parameter)."""
-        owners = (*self.tensors, *(c for _, c in self.tape.captured))
-        return any(o.grad is t for o in owners)
+        return self._grad_owner(t) is not None
+
+    def _grad_owner(self, t: Tensor) -> tuple | None:
+        """("arg", number) or ("tensor", it) when `t` is the `.grad` of an argument or of a
+        captured tensor (a parameter), else None."""
+        for i, o in enumerate(self.tensors):
+            if o.grad is t:
+                return ("arg", i)
+        return next((("tensor", c) for _, c in self.tape.captured if c.grad is t), None)
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
@@ -340,10 +346,14 @@ class Recorder(Instrument):
                 return ("arg", self.arg_number[id(value)])
             if any(t is value for _, t in self.tape.captured):
                 return ("const", value)  # a parameter returned as it is: the same tensor each call
+            owner = self._grad_owner(value)
+            if owner is not None:
+                return ("grad", owner)  # that tensor's .grad as the replay leaves it, as eager's
             slot = self.slot_of.get(id(value.data))
             if slot is None:
-                raise JitError(f"jit: the function returned a tensor of shape {value.shape} that no op or "
-                               "argument made; a replay could not give it anew")
+                raise JitError(f"jit: the function returned a tensor of shape {value.shape} made outside ops "
+                               "(a Tensor built from an array or a number?), which a replay would not make "
+                               "again; make it outside the function, or from the inputs with ops")
             entry = self.entry_of.get(id(value.grad_fn)) if value.grad_fn is not None else None
             if entry is not None and entry not in self.consumed:
                 if self.tape.differentiable is not None and self.tape.differentiable[1] != entry:

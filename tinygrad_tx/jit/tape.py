@@ -105,8 +105,19 @@ class Tape:
 
     def run(self, tensors: list[Tensor], keep: bool = False) -> tuple[list, list, list]:
         """Run the program on the arguments' arrays; returns the slots, the calls' results and
-        the op objects (what a later backward outside the function needs, when `keep`)."""
-        return self._compiled(keep)(tensors)
+        the op objects (what a later backward outside the function needs, when `keep`). An
+        op's error names the op and its input shapes, as in eager execution."""
+        run = self._compiled(keep)
+        try:
+            return run(tensors)
+        except (ValueError, IndexError) as e:
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code is not run.__code__:
+                tb = tb.tb_next
+            op = run.forward_at.get(tb.tb_lineno) if tb is not None else None
+            if op is None:
+                raise
+            raise autograd.op_error(e, op.cls.__name__, [self.slot_types[i][0] for i in op.ins]) from None
 
     def backward_to_leaves(self, g: Any, values: list, fns: list) -> tuple:
         """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""
@@ -136,6 +147,9 @@ class Tape:
             return Tensor._from_op(values[spec[1]], spec[2])
         if kind == "arg":  # an argument returned as it came, as eager gives it back
             return tensors[spec[1]]
+        if kind == "grad":  # a leaf's .grad, as the replay left it
+            owner_kind, owner = spec[1]
+            return (tensors[owner] if owner_kind == "arg" else owner).grad
         if kind == "call":
             return results[spec[1]]
         if kind == "const":
