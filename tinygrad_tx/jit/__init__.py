@@ -100,9 +100,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   a jitted function; a tensor passed in and returned as it is comes back itself,
   and a returned `.grad` is that tensor's `.grad` as the replay left it. A tensor
   made outside ops (`tx.Tensor(3.0)`) and returned is refused: a replay makes none.
-- An op's error in a replay names the op and its input shapes, as in eager.
   Gradients through `Replayed` are summed per leaf inside it first, so a parameter
   used inside and outside the function may differ from eager in the last bit.
+- An op's error in a replay names the op and its input shapes, as in eager.
 - Instruments active during a replay see nothing of it: they saw the recording.
   A jitted function called while another one records runs eagerly, so the outer
   record holds its ops.

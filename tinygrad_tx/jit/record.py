@@ -143,7 +143,7 @@ class Recorder(Instrument):
     def _source(self, t: Tensor) -> int:
         slot = self.slot_of.get(id(t.data))
         if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
-            if self._is_grad(t):
+            if self._grad_owner(t) is not None:
                 self.read(t, "used in an op as a gradient (.grad)")
             slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
             self.tape.captured.append((slot, t))
@@ -308,14 +308,11 @@ class Recorder(Instrument):
         Hooks that run during a backward (post-accumulate-grad) run again at each replay: they may read."""
         if self.walking:
             return
-        if t is None or id(t.data) in self.slot_of or t.requires_grad or self._is_grad(t):
+        if t is None or id(t.data) in self.slot_of or t.requires_grad or self._grad_owner(t) is not None:
             what = "numbers were" if t is None else f"a tensor of shape {t.shape} was"
             raise JitError(f"jit: {what} {how} while recording; a replay would repeat this call's value. "
                            "Do it outside the jitted function: pass such values in, or return the tensor "
                            "and read it after the call")
-
-    def _is_grad(self, t: Tensor) -> bool:
-        return self._grad_owner(t) is not None
 
     def _grad_owner(self, t: Tensor) -> tuple | None:
         """("arg", number) or ("tensor", it) when `t` is the `.grad` of an argument or of a
