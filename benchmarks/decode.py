@@ -4,7 +4,7 @@ Without a cache, step t runs the decoder over all t positions again; with one,
 only the new position is computed and earlier keys and values are reused. The
 outputs must be identical, which this script checks before it reports.
 
-    python benchmarks/decode.py [--batch 32] [--length 48] [--device cpu|cuda]
+    python benchmarks/decode.py [--batch 32] [--length 48] [--device cpu|cuda] [--write-docs]
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 
 import tinygrad_tx as tx
 from models import Transformer, greedy_decode
+from report import written_to_docs
 
 BOS, EOS, PAD = 1, 2, 0
 
@@ -59,4 +60,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with written_to_docs("decode"):
+        main()

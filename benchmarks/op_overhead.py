@@ -5,7 +5,7 @@ bookkeeping cost each framework pays per op: creating a node, walking the graph,
 accumulating gradients. tinygrad_tx runs eagerly and under `tx.jit` (the chain
 recorded once, then replayed on raw arrays), all in the same process, taking turns.
 
-    python benchmarks/op_overhead.py [--ops 300] [--repeats 30]
+    python benchmarks/op_overhead.py [--ops 300] [--repeats 30] [--write-docs]
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import tinygrad_tx as tx
+from report import written_to_docs
 
 
 def chain(x, w, n_ops: int):
@@ -82,4 +83,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with written_to_docs("op_overhead"):
+        main()

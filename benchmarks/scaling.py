@@ -1,6 +1,6 @@
 """Data-parallel scaling of a Transformer training step: 1 and 2 ranks measured, 8 and 64 projected.
 
-    python benchmarks/scaling.py [--config S|M] [--steps 9] [--ranks 1 2]
+    python benchmarks/scaling.py [--config S|M] [--steps 9] [--ranks 1 2] [--write-docs]
 
 Each measurement is `mpiexec -n N` of this script with one BLAS thread per rank. Every
 rank keeps the config's batch (weak scaling: the global batch grows with N), so ideal
@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from train_step import CONFIGS, PAD, make_batch
+from report import written_to_docs
 
 LINKS = {"10 Gbit/s": (10e9 / 8, 25e-6), "100 Gbit/s": (100e9 / 8, 3e-6)}  # bytes/s, α
 STRONG_GLOBAL_BATCH = 64
@@ -137,4 +138,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with written_to_docs("scaling"):
+        main()

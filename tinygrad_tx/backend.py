@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-INSTALL_HINT = 'pip install "tinygrad-tx[cuda]"'
+INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
 
 
 class DeviceError(RuntimeError):

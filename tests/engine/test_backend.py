@@ -13,7 +13,7 @@ import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx import Tensor
 
-INSTALL_HINT = 'pip install "tinygrad-tx[cuda]"'
+INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
 

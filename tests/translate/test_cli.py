@@ -111,7 +111,7 @@ def test_cuda_without_cupy_says_how_to_install():
         import cupy  # noqa: F401
     except ImportError:
         result = run_cli("evaluate", "--checkpoint", "x", "--device", "cuda")
-        assert result.returncode == 2 and 'pip install "tinygrad-tx[cuda]"' in result.stderr
+        assert result.returncode == 2 and 'pip install -e ".[cuda]"' in result.stderr
     else:
         pytest.skip("CuPy is installed here, so the missing-CuPy message cannot be shown")
 

@@ -1,0 +1,54 @@
+"""Each benchmark's printed result, kept as the file the docs show verbatim.
+
+`python benchmarks/X.py --write-docs` runs as usual and also writes what it printed to
+`docs/results/X.txt`, under one line that says when, on what machine and by which command
+it was measured. docs/benchmarks.md includes these files word for word (the doc tests
+check it), so a figure is never retyped and no two copies of it can disagree.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def machine() -> str:
+    """"2 cores, Intel(R) Xeon(R) ..., Linux": what the figures were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, {platform.system()}"
+
+
+@contextlib.contextmanager
+def written_to_docs(name: str):
+    """Print as usual; with `--write-docs` among the arguments (taken out of sys.argv before the
+    script parses them), also write the output to docs/results/<name>.txt."""
+    if "--write-docs" not in sys.argv:
+        yield
+        return
+    sys.argv.remove("--write-docs")
+    printed = io.StringIO()
+
+    class Tee(io.TextIOBase):
+        def write(self, text: str) -> int:
+            sys.__stdout__.write(text)
+            return printed.write(text)
+
+    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    command += " --write-docs"
+    with contextlib.redirect_stdout(Tee()):
+        yield
+    header = f"# {datetime.date.today().isoformat()}, {machine()}: {command}\n"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.txt").write_text(header + printed.getvalue())
