@@ -370,6 +370,8 @@ def _watch_forward(fn: Function, inputs: Sequence["Tensor"], arrays: list, param
     start = perf_counter()
     data = fn.forward(*arrays, **params)
     seconds = perf_counter() - start
+    if type(data) is not fn.backend.array_type:  # shown as the tensor will hold it (Tensor._from_op)
+        data = fn.backend.as_array(data)
     recorded = _grad_enabled and any(t.requires_grad for t in inputs)
     for observer in tuple(_observers):
         observer.forward(fn, inputs, data, seconds, recorded)

@@ -62,9 +62,12 @@ class Tensor:
 
     @classmethod
     def _from_op(cls, data: Any, backend: Backend) -> "Tensor":
-        """The fast path ops use: wrap an array that is already on `backend`."""
+        """The fast path ops use: wrap an array that is already on `backend`. A 0-d result is a
+        NumPy scalar on the CPU: it becomes a 0-d array here (`Backend.as_array`), so that a
+        0-d tensor holds an array on every device."""
         t = cls.__new__(cls)
-        t.data, t.backend = data, backend
+        t.data = data if type(data) is backend.array_type else backend.as_array(data)
+        t.backend = backend
         return t
 
     # -- the array and what describes it ---------------------------------------------
@@ -227,8 +230,10 @@ class Tensor:
             return value
         if isinstance(value, (int, float, bool)):
             if _is_float(self.dtype) or (isinstance(value, int) and self.dtype.kind in "iu"):
-                return Tensor._from_op(self.dtype.type(value), self.backend)  # float32 stays float32, ids stay ids
-            return Tensor._from_op(np.asarray(value)[()], self.backend)  # NumPy's rules: ids / 2 is a float
+                scalar = self.dtype.type(value)  # float32 stays float32, ids stay ids
+            else:
+                scalar = np.asarray(value)[()]  # NumPy's rules: ids / 2 is a float
+            return Tensor._from_op(self.backend.constant(scalar), self.backend)
         return Tensor(value, device=self.device)
 
     def _pair(self, other: Any, op: str) -> tuple["Tensor", "Tensor"]:
