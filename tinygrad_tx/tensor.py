@@ -326,12 +326,19 @@ class Tensor:
         return ops.Sum.apply(self, axis=ops.normalize_axis(axis, self.ndim), keepdims=keepdims)
 
     def mean(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
+        """The sum times 1/count; float16 in float32, rounded once, as PyTorch: the float16
+        sum of 10,000 tens is inf (past 65504), their mean 10."""
+        if self.dtype == np.float16:
+            return self.astype(np.float32).mean(axis, keepdims).astype(np.float16)
         axes = ops.normalize_axis(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes])) if axes else 1
         return self.sum(axes, keepdims) * (1.0 / count if count else float("nan"))  # empty: NaN, as in PyTorch
 
     def var(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
-        """Population variance (NumPy's ddof=0), computed in two passes for accuracy."""
+        """Population variance (NumPy's ddof=0), computed in two passes for accuracy; float16
+        in float32, as `mean` (its squares overflow above 256)."""
+        if self.dtype == np.float16:
+            return self.astype(np.float32).var(axis, keepdims).astype(np.float16)
         centred = self - self.mean(axis, keepdims=True)
         return (centred * centred).mean(axis, keepdims)
 

@@ -8,9 +8,11 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
+from .precision import in_float32
 from .reduce import column_dots, column_sums, row_dots, row_sums
 
 
+@in_float32
 class Softmax(OnceDifferentiable):
     """y = exp(x - max x) / Σ exp(x - max x); subtracting the max keeps exp from overflowing."""
 
@@ -29,6 +31,7 @@ class Softmax(OnceDifferentiable):
         return (gy - y * gy.sum(axis=self.axis, keepdims=True),)
 
 
+@in_float32
 class LogSoftmax(OnceDifferentiable):
     """y = x - logsumexp(x), the logsumexp taken around the max for stability."""
 
@@ -46,6 +49,7 @@ class LogSoftmax(OnceDifferentiable):
         return (g - self.xp.exp(self.y) * g.sum(axis=self.axis, keepdims=True),)
 
 
+@in_float32
 class LayerNorm(OnceDifferentiable):
     """Normalise the last axis to mean 0 and variance 1, then scale and shift (Ba et al., 2016).
 

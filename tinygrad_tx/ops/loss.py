@@ -16,12 +16,14 @@ from __future__ import annotations
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import as_ids
+from .precision import in_float32
 from .reduce import row_sums
 from .select import check_range
 
 REDUCTIONS = ("mean", "sum", "none")
 
 
+@in_float32
 class CrossEntropy(OnceDifferentiable):
     """Written for few passes over the (N, C) logits, the largest array of a language model:
     forward reads them for the max, the shift, the exponentials and their sum; backward
