@@ -8,16 +8,18 @@ and lists in it) goes into one JSON entry, `__tinygrad_tx__`, so `load` rebuilds
 same structure. Tensors come back as NumPy arrays and tuples as lists.
 
 Safety: arrays are read with `allow_pickle=False` and the rest is JSON, so loading a
-file never runs code from it. A file from elsewhere may also lie about sizes, so `load`
-checks, before allocating anything, that the archive unpacks to at most
-`MAX_LOAD_BYTES` (4 GiB; real checkpoints here are tens to hundreds of MB), that no
-compressed entry over 1 MiB expands more than `MAX_COMPRESSION_RATIO` (100) times (what
-`tx.save` writes is not compressed at all; a zip bomb expands about 1000 times), that each
-array's header declares exactly the bytes its entry holds, and that the metadata nests at
-most `MAX_DEPTH` (100) levels. Each refusal is one `LoadError` line; raise the limits
-(module attributes) to load a larger file you trust. Saving writes a temporary file in the same directory,
-flushes it to disk, then renames it over the target (atomic on POSIX and Windows): a
-crash mid-save leaves the previous file as it was.
+file never runs code from it. A file from elsewhere may also lie about sizes, so before
+allocating anything `load` checks that the archive unpacks to at most `MAX_LOAD_BYTES`
+(4 GiB; real checkpoints here are tens to hundreds of MB), that no compressed entry over
+1 MiB expands more than `MAX_COMPRESSION_RATIO` (100) times (`tx.save` compresses
+nothing; a zip bomb expands about 1000 times), that each array's header declares exactly
+the bytes its entry holds, and that the state nests at most `MAX_DEPTH` (100) levels.
+Each refusal is one `LoadError` line; raise the limits (module attributes) to load a
+larger file you trust.
+
+Saving writes a temporary file in the same directory, flushes it to disk, then renames
+it over the target (atomic on POSIX and Windows): a crash mid-save leaves the previous
+file as it was.
 """
 from __future__ import annotations
 

@@ -395,3 +395,12 @@ def test_float16_layer_norm_and_attention(torch, device):
     compare_half(torch, device, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
                  lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
                  tol=tight)
+
+
+def test_float16_gelu_far_out(torch, device):
+    """The tanh form's gradient multiplies 1 - tanh² (0 far out) by 1 + 0.134·x² (inf in float16
+    above 256): NaN, where PyTorch, in float32, gives 0 and 1."""
+    x = np.array([-60000.0, -300.0, -3.0, 0.5, 300.0, 60000.0])
+    compare_half(torch, device, lambda x: F.gelu(x, approximate="tanh"),
+                 lambda t: torch.nn.functional.gelu(t, approximate="tanh"), x)
+    compare_half(torch, device, lambda x: x.gelu(), lambda t: torch.nn.functional.gelu(t), x)

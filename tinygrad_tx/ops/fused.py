@@ -56,8 +56,9 @@ class LayerNorm(OnceDifferentiable):
     The variance is the biased one, computed in two passes (mean first, then the
     mean of squared deviations): the one-pass E[x²] - E[x]² loses every digit on
     rows whose mean is large compared to their spread. eps sits inside the sqrt,
-    as in PyTorch. A row whose variance overflows the dtype ([1e308, -1e308]) gives NaN,
-    as in PyTorch, rather than a silent row of zeros. Forward and backward work in place on the arrays they just made: a
+    as in PyTorch. A row whose variance overflows the dtype ([1e308, -1e308]) gives NaN
+    rather than a silent row of zeros (PyTorch gives NaN there, and zeros for float32
+    [1e20, -1e20]). Forward and backward work in place on the arrays they just made: a
     layer norm runs on every residual stream, and each full-size temporary spared is a
     pass over memory spared.
     """
@@ -68,7 +69,7 @@ class LayerNorm(OnceDifferentiable):
         xp, D = self.xp, x.shape[-1]
         x_hat = x - row_sums(xp, x) / D  # (..., D) centred, then scaled in place
         var = row_dots(xp, x_hat, x_hat) / D  # (..., 1)
-        var[var == xp.inf] = xp.nan  # overflowed: NaN rows, as PyTorch's, not rows of 1/√inf = 0
+        var[var == xp.inf] = xp.nan  # overflowed: a NaN row, not a row times 1/√inf = 0
         self.rstd = 1 / xp.sqrt(var + eps)  # (..., 1)
         x_hat *= self.rstd  # (..., D)
         self.x_hat = x_hat

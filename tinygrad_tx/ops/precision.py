@@ -1,9 +1,9 @@
-"""float16 fused ops compute in float32, as PyTorch's do.
+"""float16 fused ops (and GELU) compute in float32, as PyTorch's do.
 
 float16 stops at 65504 and keeps 11 bits: a softmax's sum over 100,000 classes is inf,
 a layer norm's mean of values near 30 is off by 0.008 before anything is normalised,
 and squares overflow above 256. PyTorch computes such ops in float32 and rounds the
-result once; `in_float32` makes a fused op do the same: float16 inputs are widened
+result once; `in_float32` makes an op do the same: float16 inputs are widened
 for forward and backward, and the output and the gradients rounded back to float16.
 Other dtypes pass through untouched. (Plain `sum` needs none of this: NumPy and CuPy
 already add float16 in float32.)

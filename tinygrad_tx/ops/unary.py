@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from ..autograd import Function, OnceDifferentiable
+from .precision import in_float32
 
 
 class Exp(Function):
@@ -47,9 +48,9 @@ class Tanh(Function):
 def sigmoid_parts(xp, x):
     """e = e^-|x| and s = σ(|x|) = 1 / (1 + e), both in (0, 1]: nothing overflows.
 
-    σ(x) is s for x >= 0 and e·s for x < 0 (σ(-|x|) = 1 - s, without the cancellation
-    that makes 1 - s exactly 0 once s rounds to 1: the tanh form ½(tanh(x/2) + 1) is 0
-    below x ≈ -17 in float32, so -log σ(x) was inf where it is 50 at x = -50).
+    σ(x) is s for x >= 0 and e·s for x < 0. e·s equals 1 - s, but stays accurate where
+    1 - s cancels to 0 (the tanh form ½(tanh(x/2) + 1) did: it was 0 below x ≈ -17 in
+    float32, so -log σ(-50) was inf instead of 50).
     """
     e = xp.exp(xp.where(x >= 0, -x, x))  # e^-|x|
     return e, 1 / (1 + e)
@@ -86,6 +87,7 @@ class Abs(Function):
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+@in_float32  # float16's x * x overflows above 256: its gradient was 0 · inf = NaN
 class Gelu(OnceDifferentiable):
     """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation."""
 
