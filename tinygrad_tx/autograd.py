@@ -76,7 +76,7 @@ import operator
 from time import perf_counter
 from typing import Any, Sequence
 
-from .backend import DeviceError
+from .backend import DeviceError, widened_sum
 
 REGISTRY: dict[str, type["Function"]] = {}
 """Every differentiable op by name; the test suite checks each has a gradcheck case."""
@@ -457,7 +457,10 @@ def sum_to(g: Any, shape: tuple) -> Any:
     if lead < 0:
         return g  # cannot be summed to a larger shape; the caller's shape check reports it
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
-    return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g
+    if not axes:
+        return g
+    summed = g.sum(axis=axes, keepdims=True) if isinstance(g, Tensor) else widened_sum(g, axes, keepdims=True)
+    return summed.reshape(shape)
 
 
 def _run_hooks(hooks, g: Any, backend) -> Any:

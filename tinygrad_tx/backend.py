@@ -117,6 +117,14 @@ class Backend:
         return self._erf(x)
 
 
+def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
+    """`array.sum(axis, keepdims)`, with float16 added in float32 and rounded once, as PyTorch
+    adds it: NumPy adds float16 along a strided axis in float16, where 10,000 ones make 2048."""
+    if array.dtype != np.float16:
+        return array.sum(axis=axis, keepdims=keepdims)
+    return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
+
+
 def _host_erf():
     """SciPy's erf when installed; otherwise the standard library's, one element at a time."""
     try:

@@ -336,7 +336,8 @@ class Tensor:
 
     def var(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
         """Population variance (NumPy's ddof=0), computed in two passes for accuracy; float16
-        in float32, as `mean` (its squares overflow above 256)."""
+        in float32, as `mean` (its squares overflow above 256). Composed of ops, so a row that
+        holds ±inf gets NaN gradients (PyTorch's own formula gives ±inf on the finite ones)."""
         if self.dtype == np.float16:
             return self.astype(np.float32).var(axis, keepdims).astype(np.float16)
         centred = self - self.mean(axis, keepdims=True)

@@ -404,3 +404,11 @@ def test_float16_gelu_far_out(torch, device):
     compare_half(torch, device, lambda x: F.gelu(x, approximate="tanh"),
                  lambda t: torch.nn.functional.gelu(t, approximate="tanh"), x)
     compare_half(torch, device, lambda x: x.gelu(), lambda t: torch.nn.functional.gelu(t), x)
+
+
+def test_float16_sums_along_a_strided_axis(torch, device):
+    """NumPy adds float16 along a strided axis in float16: 10,000 ones over axis 0 made 2048,
+    and so did the gradient of a bias broadcast over 10,000 rows."""
+    ones = np.ones((10_000, 3))
+    compare_half(torch, device, lambda x: x.sum(axis=0), lambda t: t.sum(0), ones)
+    compare_half(torch, device, lambda x, b: x + b, lambda x, b: x + b, ones, np.zeros(3))
