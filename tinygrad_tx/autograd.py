@@ -76,7 +76,7 @@ import operator
 from time import perf_counter
 from typing import Any, Sequence
 
-from .backend import DeviceError
+from .backend import DeviceError, widened_sum
 
 REGISTRY: dict[str, type["Function"]] = {}
 """Every differentiable op by name; the test suite checks each has a gradcheck case."""
@@ -370,6 +370,8 @@ def _watch_forward(fn: Function, inputs: Sequence["Tensor"], arrays: list, param
     start = perf_counter()
     data = fn.forward(*arrays, **params)
     seconds = perf_counter() - start
+    if type(data) is not fn.backend.array_type:  # shown as the tensor will hold it (Tensor._from_op)
+        data = fn.backend.as_array(data)
     recorded = _grad_enabled and any(t.requires_grad for t in inputs)
     for observer in tuple(_observers):
         observer.forward(fn, inputs, data, seconds, recorded)
@@ -455,7 +457,10 @@ def sum_to(g: Any, shape: tuple) -> Any:
     if lead < 0:
         return g  # cannot be summed to a larger shape; the caller's shape check reports it
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
-    return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g
+    if not axes:
+        return g
+    summed = g.sum(axis=axes, keepdims=True) if isinstance(g, Tensor) else widened_sum(g, axes, keepdims=True)
+    return summed.reshape(shape)
 
 
 def _run_hooks(hooks, g: Any, backend) -> Any:

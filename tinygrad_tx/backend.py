@@ -62,6 +62,23 @@ class Backend:
         """`array` in `dtype`, without a copy when it already has that dtype."""
         return array.astype(dtype, copy=False)
 
+    # -- what a tensor holds ---------------------------------------------------------
+    def as_array(self, data: Any) -> Any:
+        """`data`, which is not of this device's array type, as a tensor's data (`Tensor._from_op`).
+
+        NumPy gives a scalar (np.float32) for a 0-d result where CuPy gives a 0-d array; a
+        scalar cannot be written in place (`dist.all_reduce`) and is shared (`np.True_`), so
+        the NumPy backend makes it a 0-d array. CuPy's results are always arrays: what else
+        arrives here is a lifted number (`constant`), kept as it is.
+        """
+        return data
+
+    def constant(self, value: np.generic) -> Any:
+        """A Python number lifted into an operand (the 2 of `x * 2`), already in its NumPy dtype.
+        CuPy passes a NumPy scalar to its kernels as an argument; a 0-d array would be a copy to
+        the GPU at every such product."""
+        return value
+
     # -- scatter-add: a[idx] += v with repeated indices accumulated ----------------
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
         """In-place `target[index] += values`, where repeated indices accumulate.
@@ -98,6 +115,14 @@ class Backend:
     def erf(self, x: Any) -> Any:
         """The error function, elementwise (exact GELU needs it; NumPy lacks it)."""
         return self._erf(x)
+
+
+def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
+    """`array.sum(axis, keepdims)`, with float16 added in float32 and rounded once, as PyTorch
+    adds it: NumPy adds float16 along a strided axis in float16, where 10,000 ones make 2048."""
+    if array.dtype != np.float16:
+        return array.sum(axis=axis, keepdims=keepdims)
+    return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
 
 
 def _host_erf():
@@ -169,6 +194,9 @@ class NumpyBackend(Backend):
     def to_host(self, array):
         return np.asarray(array)
 
+    def as_array(self, data):
+        return np.asarray(data)  # a NumPy scalar (a 0-d result) as a 0-d array
+
 
 class StrictBackend(Backend):
     """NumPy underneath, CuPy's manners on top; see `tinygrad_tx.strict`."""
@@ -182,6 +210,16 @@ class StrictBackend(Backend):
 
     def to_host(self, array):
         return array.get()
+
+    def as_array(self, data):
+        """Refused: CuPy would have made an array; a NumPy scalar or a number here is the CPU's
+        0-d result, or a value computed on the host, which a GPU tensor cannot hold."""
+        raise TypeError(f"a {type(data).__module__}.{type(data).__name__} as the data of a strict tensor: "
+                        "a tensor holds a device array (CuPy gives a 0-d array where NumPy gives a "
+                        "scalar); compute it with the backend's xp, or move it with from_host()")
+
+    def constant(self, value):
+        return self.xp.asarray(value)  # a 0-d strict array (a NumPy scalar would be refused above)
 
 
 class CupyBackend(Backend):

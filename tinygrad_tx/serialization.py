@@ -8,13 +8,23 @@ and lists in it) goes into one JSON entry, `__tinygrad_tx__`, so `load` rebuilds
 same structure. Tensors come back as NumPy arrays and tuples as lists.
 
 Safety: arrays are read with `allow_pickle=False` and the rest is JSON, so loading a
-file never runs code from it. Saving writes a temporary file in the same directory,
-flushes it to disk, then renames it over the target (atomic on POSIX and Windows): a
-crash mid-save leaves the previous file as it was.
+file never runs code from it. A file from elsewhere may also lie about sizes, so before
+allocating anything `load` checks that the archive unpacks to at most `MAX_LOAD_BYTES`
+(4 GiB; real checkpoints here are tens to hundreds of MB), that no compressed entry over
+1 MiB expands more than `MAX_COMPRESSION_RATIO` (100) times (`tx.save` compresses
+nothing; a zip bomb expands about 1000 times), that each array's header declares exactly
+the bytes its entry holds, and that the state nests at most `MAX_DEPTH` (100) levels.
+Each refusal is one `LoadError` line; raise the limits (module attributes) to load a
+larger file you trust.
+
+Saving writes a temporary file in the same directory, flushes it to disk, then renames
+it over the target (atomic on POSIX and Windows): a crash mid-save leaves the previous
+file as it was.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 import zipfile
@@ -28,6 +38,10 @@ from .tensor import Tensor
 SEPARATOR = "/"
 META_KEY = "__tinygrad_tx__"
 FORMAT, VERSION = "tinygrad_tx.save", 1
+MAX_LOAD_BYTES = 4 * 2 ** 30  # what `load` unpacks at most, all entries together
+MAX_COMPRESSION_RATIO = 100  # for compressed entries over RATIO_FREE_BYTES
+RATIO_FREE_BYTES = 2 ** 20
+MAX_DEPTH = 100  # nesting of the saved state
 
 __all__ = ["save", "load", "LoadError"]
 
@@ -63,13 +77,15 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
         meta = json.loads(str(arrays.pop(META_KEY).item()))
     except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError; .item() of a non-scalar too
         raise LoadError(f"tx.load: {path} has damaged metadata ({e})") from None
+    except RecursionError:
+        raise LoadError(f"tx.load: {path} has metadata nested too deeply to read") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "tree" not in meta:
         raise LoadError(f"tx.load: {path} has no {FORMAT!r} metadata")
     if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
         raise LoadError(f"tx.load: {path} has format version {meta.get('version')!r}; "
                         f"this reader knows {FORMAT!r} up to version {VERSION}")
     try:
-        return _decode(meta["tree"], arrays)
+        return _decode(meta["tree"], arrays, MAX_DEPTH)
     except _DamagedTree as e:
         raise LoadError(f"tx.load: {path} has damaged metadata ({e})") from None
 
@@ -110,14 +126,17 @@ class _DamagedTree(Exception):
     """A tree node that `_encode` cannot have written."""
 
 
-def _decode(node: Any, arrays: dict[str, np.ndarray]) -> Any:
+def _decode(node: Any, arrays: dict[str, np.ndarray], depth: int) -> Any:
+    """The value of a tree node, `depth` levels of nesting still allowed below it."""
     if not (isinstance(node, dict) and len(node) == 1):
         raise _DamagedTree(f"a tree node must be one tagged value, not {node!r:.60}")
     (kind, body), = node.items()
+    if kind in ("dict", "list") and depth == 0:
+        raise _DamagedTree(f"the state nests deeper than {MAX_DEPTH} levels (MAX_DEPTH)")
     if kind == "dict" and isinstance(body, dict):
-        return {key: _decode(item, arrays) for key, item in body.items()}
+        return {key: _decode(item, arrays, depth - 1) for key, item in body.items()}
     if kind == "list" and isinstance(body, list):
-        return [_decode(item, arrays) for item in body]
+        return [_decode(item, arrays, depth - 1) for item in body]
     if kind == "array" and isinstance(body, str):
         if body not in arrays:
             raise _DamagedTree(f"the array {body!r} is not in the archive")
@@ -180,12 +199,58 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         raise LoadError(f"tx.load: {path} is not a file written by tx.save (not an .npz archive)") from None
     arrays = {}
     with archive:
-        for name in archive.namelist():
+        _check_sizes(path, archive.infolist())
+        for info in archive.infolist():
+            name = info.filename
             try:
-                with archive.open(name) as member:
+                with archive.open(info) as member:
+                    _check_header(path, info, member)
+                with archive.open(info) as member:
                     arrays[name.removesuffix(".npy")] = np.lib.format.read_array(member, allow_pickle=False)
+            except LoadError:
+                raise
             except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:
                 raise LoadError(f"tx.load: {path} is truncated or corrupt: entry {name!r}: {e}") from None
             except ValueError as e:  # numpy refuses object arrays when allow_pickle=False
                 raise LoadError(f"tx.load: {path}: entry {name!r} cannot be loaded safely: {e}") from None
     return arrays
+
+
+def _check_sizes(path: str, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse an archive that would unpack to more than MAX_LOAD_BYTES, or an entry that
+    expands suspiciously (a zip bomb), from the sizes its directory declares."""
+    total = sum(info.file_size for info in infos)
+    if total > MAX_LOAD_BYTES:
+        raise LoadError(f"tx.load: {path} unpacks to {_size(total)}, more than the limit of "
+                        f"{_size(MAX_LOAD_BYTES)} (tinygrad_tx.serialization.MAX_LOAD_BYTES)")
+    for info in infos:
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > RATIO_FREE_BYTES and ratio > MAX_COMPRESSION_RATIO:
+            raise LoadError(f"tx.load: {path}: entry {info.filename!r} expands {ratio:.0f} times "
+                            f"({_size(info.compress_size)} to {_size(info.file_size)}), more than "
+                            f"the limit of {MAX_COMPRESSION_RATIO} (MAX_COMPRESSION_RATIO)")
+
+
+def _check_header(path: str, info: zipfile.ZipInfo, member: BinaryIO) -> None:
+    """Refuse an entry whose .npy header declares other than the bytes the entry holds
+    (a header asking for (10**12,) float64 in an 882-byte file), before allocating them."""
+    version = np.lib.format.read_magic(member)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in readers:
+        raise ValueError(f"unsupported .npy format version {version}")
+    shape, _, dtype = readers[version](member)
+    if dtype.hasobject:
+        return  # pickled Python objects: read_array refuses them (allow_pickle=False)
+    declared, held = math.prod(shape) * dtype.itemsize, info.file_size - member.tell()
+    if declared != held:
+        raise LoadError(f"tx.load: {path}: entry {info.filename!r} declares shape {shape} of {dtype} "
+                        f"({_size(declared)}) but holds {_size(held)}")
+
+
+def _size(n: int) -> str:
+    """A byte count for people: 882 bytes, 1.5 MB, 8.0 TB."""
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

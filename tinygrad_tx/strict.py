@@ -10,7 +10,10 @@ bugs on a machine with no GPU:
   as in CuPy);
 - the array module `xp` (this module's stand-in for `cupy`) accepts NumPy arrays
   only in `asarray`/`array`, the host-to-device transfers;
-- `a.get()` is the explicit copy to the host, as in CuPy.
+- `a.get()` is the explicit copy to the host, as in CuPy;
+- results are arrays, 0-d ones included, where NumPy gives scalars (np.float32), and
+  a strict tensor refuses a NumPy scalar as its data (`StrictBackend.as_array`): the
+  CPU backend makes its 0-d results arrays, so this catches values made on the host.
 """
 from __future__ import annotations
 

@@ -62,9 +62,12 @@ class Tensor:
 
     @classmethod
     def _from_op(cls, data: Any, backend: Backend) -> "Tensor":
-        """The fast path ops use: wrap an array that is already on `backend`."""
+        """The fast path ops use: wrap an array that is already on `backend`. A 0-d result is a
+        NumPy scalar on the CPU: it becomes a 0-d array here (`Backend.as_array`), so that a
+        0-d tensor holds an array on every device."""
         t = cls.__new__(cls)
-        t.data, t.backend = data, backend
+        t.data = data if type(data) is backend.array_type else backend.as_array(data)
+        t.backend = backend
         return t
 
     # -- the array and what describes it ---------------------------------------------
@@ -227,8 +230,10 @@ class Tensor:
             return value
         if isinstance(value, (int, float, bool)):
             if _is_float(self.dtype) or (isinstance(value, int) and self.dtype.kind in "iu"):
-                return Tensor._from_op(self.dtype.type(value), self.backend)  # float32 stays float32, ids stay ids
-            return Tensor._from_op(np.asarray(value)[()], self.backend)  # NumPy's rules: ids / 2 is a float
+                scalar = self.dtype.type(value)  # float32 stays float32, ids stay ids
+            else:
+                scalar = np.asarray(value)[()]  # NumPy's rules: ids / 2 is a float
+            return Tensor._from_op(self.backend.constant(scalar), self.backend)
         return Tensor(value, device=self.device)
 
     def _pair(self, other: Any, op: str) -> tuple["Tensor", "Tensor"]:
@@ -321,12 +326,20 @@ class Tensor:
         return ops.Sum.apply(self, axis=ops.normalize_axis(axis, self.ndim), keepdims=keepdims)
 
     def mean(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
+        """The sum times 1/count; float16 in float32, rounded once, as PyTorch: the float16
+        sum of 10,000 tens is inf (past 65504), their mean 10."""
+        if self.dtype == np.float16:
+            return self.astype(np.float32).mean(axis, keepdims).astype(np.float16)
         axes = ops.normalize_axis(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes])) if axes else 1
         return self.sum(axes, keepdims) * (1.0 / count if count else float("nan"))  # empty: NaN, as in PyTorch
 
     def var(self, axis: int | tuple | None = None, keepdims: bool = False) -> "Tensor":
-        """Population variance (NumPy's ddof=0), computed in two passes for accuracy."""
+        """Population variance (NumPy's ddof=0), computed in two passes for accuracy; float16
+        in float32, as `mean` (its squares overflow above 256). Composed of ops, so a row that
+        holds ±inf gets NaN gradients (PyTorch's own formula gives ±inf on the finite ones)."""
+        if self.dtype == np.float16:
+            return self.astype(np.float32).var(axis, keepdims).astype(np.float16)
         centred = self - self.mean(axis, keepdims=True)
         return (centred * centred).mean(axis, keepdims)
 

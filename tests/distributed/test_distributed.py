@@ -95,6 +95,8 @@ def test_collectives(device, tmp_path):
         expected[:, ::2] = strided[:, ::2] * 3  # only the strided view was reduced
         np.testing.assert_array_equal(got["strided"], expected)
         np.testing.assert_array_equal(got["broadcast"], np.full(3, 7.0))  # root 1's values
+        assert got["loss"].shape == () and got["loss"] == 4.5  # the mean of 0+1+2 and 0+2+4
+        assert got["zero_d_broadcast"] == 2.0  # rank 1's 2·1
         assert got["count"] == 3 and got["float_mean"] == 0.5
 
 

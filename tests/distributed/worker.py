@@ -26,9 +26,14 @@ def collectives(device: str) -> dict:
     dist.all_reduce(view, op="sum")
     b = tx.Tensor(np.full(3, 7.0 if r == 1 else -1.0, dtype=np.float32), device=device)
     dist.broadcast(b, root=1)
+    loss = tx.Tensor(np.arange(3, dtype=np.float32) * (r + 1), device=device).sum()  # an op's 0-d result
+    dist.all_reduce(loss)  # was "'numpy.float32' object does not support item assignment" (issue 22)
+    zero_d = (tx.Tensor([float(r)], device=device) * 2.0).sum()
+    dist.broadcast(zero_d, root=1)
     dist.barrier()
     return {"sum": t.numpy(), "mean": mean.numpy(), "host": host, "strided": strided.numpy(),
-            "broadcast": b.numpy(), "count": dist.all_reduce(r + 1, op="sum"),
+            "broadcast": b.numpy(), "loss": loss.numpy(), "zero_d_broadcast": zero_d.numpy(),
+            "count": dist.all_reduce(r + 1, op="sum"),
             "float_mean": dist.all_reduce(float(r), op="mean")}
 
 

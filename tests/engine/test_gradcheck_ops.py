@@ -159,7 +159,10 @@ CASES: dict[str, dict[str, Case]] = {
     "Log": {"plain": Case(lambda a: a.log(), lambda d: [d.pos(2, 3)])},
     "Sqrt": {"plain": Case(lambda a: a.sqrt(), lambda d: [d.pos(2, 3)])},
     "Tanh": {"plain": Case(lambda a: a.tanh(), lambda d: [d.n(2, 3) * 2])},
-    "Sigmoid": {"plain": Case(lambda a: a.sigmoid(), lambda d: [d.n(2, 3) * 3])},
+    "Sigmoid": {"plain": Case(lambda a: a.sigmoid(), lambda d: [d.n(2, 3) * 3]),
+                # log σ in both tails: the tanh form made σ(-40) exactly 0 (log: -inf, gradient NaN)
+                "log_tails": Case(lambda a: a.sigmoid().log(), lambda d: [np.array([-60.0, -40.0, -18.0, 18.0, 40.0])
+                                                                          + d.n(5) * 0.1])},
     "Relu": {"plain": Case(lambda a: a.relu(), lambda d: [d.away(3, 4)]),
              "functional": Case(lambda a: F.relu(a), lambda d: [d.away(5)])},
     "Abs": {"plain": Case(lambda a: a.abs(), lambda d: [d.away(3, 4)])},

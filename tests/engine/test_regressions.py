@@ -232,3 +232,118 @@ def test_load_corrupt_compressed_entry_is_a_load_error(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(LoadError, match="truncated or corrupt"):
         tx.load(path)
+
+
+# == issue 22 ================================================================================
+
+# -- [11] a 0-d result is a 0-d array on every device, never a NumPy scalar ---------------------
+
+ZERO_D = {
+    "sum": lambda x: x.sum(), "mean": lambda x: x.mean(), "max": lambda x: x.max(), "var": lambda x: x.var(),
+    "index": lambda x: x[1], "scaled": lambda x: x.sum() * 2.0, "exp": lambda x: x.sum().exp(),
+    "sigmoid": lambda x: x[0].sigmoid(), "compare": lambda x: x.sum() > 0, "matmul": lambda x: x @ x,
+    "cross_entropy": lambda x: F.cross_entropy(x.reshape(1, 3), [2]), "cast": lambda x: x.sum().astype(np.float32),
+}
+
+
+@pytest.mark.parametrize("op", ZERO_D)
+def test_zero_d_results_are_arrays(device, op):
+    """NumPy gives np.float32 for a 0-d result, which `dist.all_reduce` cannot write in place
+    ("'numpy.float32' object does not support item assignment") and which is shared (np.True_)."""
+    x = leaf([1.0, -2.0, 4.0], device)
+    y = ZERO_D[op](x)
+    assert y.shape == () and isinstance(y.data, x.backend.array_type), type(y.data)
+    y.data[...] = 1  # what all_reduce and broadcast do
+    assert y.item() == 1
+
+
+def test_zero_d_gradients_and_comparisons_are_arrays(device):
+    x = Tensor(np.float64(2.0), device=device, requires_grad=True)
+    (g,) = tx.grad(x * x, [x])
+    assert isinstance(g.data, x.backend.array_type) and g.item() == 4.0
+    (x * 3.0).backward()
+    assert isinstance(x.grad.data, x.backend.array_type) and x.grad.item() == 3.0
+    a, b = x > 0, x > 1  # two True results: two arrays, not NumPy's one shared np.True_
+    assert a.data is not b.data
+
+
+def test_strict_refuses_a_numpy_scalar_as_tensor_data():
+    """CuPy gives 0-d arrays; a NumPy scalar in a strict tensor is a value made on the host."""
+    strict = tx.get_backend("strict")
+    with pytest.raises(TypeError, match="numpy.float32 as the data of a strict tensor"):
+        Tensor._from_op(np.float32(1.0), strict)
+
+    class HostSum(tx.autograd.Function, register=False):
+        def forward(self, x):
+            return np.float32(x.get().sum())  # computed on the host: CuPy would not give this
+
+    with pytest.raises(TypeError, match="as the data of a strict tensor"):
+        HostSum.apply(Tensor([1.0, 2.0], device="strict"))
+
+
+# -- [12] tx.load refuses declared sizes, compression ratios and nesting it cannot afford ------------
+
+def _archive(path, entries, compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return path
+
+
+def _meta(tree):
+    return _npy(json.dumps({"format": "tinygrad_tx.save", "version": 1, "tree": tree}))
+
+
+def test_load_refuses_a_header_that_declares_more_than_the_entry_holds(tmp_path):
+    """882 bytes declaring (10**12,) float64 raised a raw MemoryError, also through `evaluate`."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10 ** 12,)})
+    path = _archive(tmp_path / "big.npz", {"w.npy": header.getvalue() + bytes(64),
+                                           "__tinygrad_tx__.npy": _meta({"dict": {"w": {"array": "w"}}})})
+    assert path.stat().st_size < 1000
+    with pytest.raises(LoadError, match=r"declares shape \(1000000000000,\) of float64 \(8.0 TB\) but holds 64 bytes"):
+        tx.load(path)
+    from models.translate.run import RunError, load_checkpoint  # what `evaluate` and `translate` call
+
+    with pytest.raises(RunError, match="unreadable: .*declares shape"):
+        load_checkpoint(path)
+
+
+def test_load_refuses_a_zip_bomb_before_inflating_it(tmp_path):
+    bomb = _npy(np.zeros(4 * 2 ** 20, dtype=np.uint8))  # 4 MiB of zeros deflate about 1000 times
+    path = _archive(tmp_path / "bomb.npz", {"w.npy": bomb, "__tinygrad_tx__.npy": _meta({"dict": {"w": {"array": "w"}}})},
+                    zipfile.ZIP_DEFLATED)
+    with pytest.raises(LoadError, match=r"entry 'w.npy' expands \d+ times .* more than the limit of 100"):
+        tx.load(path)
+
+
+def test_load_refuses_an_archive_over_the_size_limit(tmp_path, monkeypatch):
+    path = tmp_path / "state.npz"
+    tx.save({"w": np.ones(1000)}, path)
+    assert tx.load(path)["w"].shape == (1000,)
+    monkeypatch.setattr(tx.serialization, "MAX_LOAD_BYTES", 4000)
+    with pytest.raises(LoadError, match=r"unpacks to 8.\d kB, more than the limit of 4.0 kB .*MAX_LOAD_BYTES"):
+        tx.load(path)
+
+
+def test_load_keeps_real_compressed_checkpoints(tmp_path):
+    """Compressed weights (ratio about 1) and small zero arrays (ratio 100s, but under 1 MiB) load."""
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((512, 600)).astype(np.float32), "b": np.zeros(512, dtype=np.float32)}
+    meta = json.dumps({"format": "tinygrad_tx.save", "version": 1,
+                       "tree": {"dict": {"w": {"array": "w"}, "b": {"array": "b"}}}})
+    path = tmp_path / "compressed.npz"
+    np.savez_compressed(path, __tinygrad_tx__=np.array(meta), **weights)
+    loaded = tx.load(path)
+    np.testing.assert_array_equal(loaded["w"], weights["w"])
+    np.testing.assert_array_equal(loaded["b"], weights["b"])
+
+
+@pytest.mark.parametrize("levels, match", [(100_000, "nested too deeply to read"), (150, "deeper than 100 levels")])
+def test_load_refuses_deeply_nested_metadata(tmp_path, levels, match):
+    """100,000 levels raised RecursionError in the JSON reader; 150 are read, then refused by MAX_DEPTH."""
+    tree = '{"list": [' * levels + '{"value": 1}' + "]}" * levels
+    meta = _npy('{"format": "tinygrad_tx.save", "version": 1, "tree": ' + tree + "}")
+    path = _archive(tmp_path / "deep.npz", {"__tinygrad_tx__.npy": meta})
+    with pytest.raises(LoadError, match=match):
+        tx.load(path)

@@ -272,3 +272,143 @@ def test_cross_attention_with_different_lengths(torch, device, dtype):
     compare(torch, device, dtype, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=keep),
             lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=torch.tensor(keep)),
             q, k, v)
+
+
+# -- edges: NaN, ±0, ±inf and the far tails (issue 22, items 6 and 8) -----------------------
+
+EDGES = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1e-30, -1e-30, 90.0, -90.0, 1e30, -1e30])
+EDGE_OPS = {
+    **{name: fns for name, fns in UNARY.items() if not name.startswith("gelu")},
+    "log": (lambda x: x.log(), lambda t: t.log()),
+    "sqrt": (lambda x: x.sqrt(), lambda t: t.sqrt()),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), lambda t: __import__("torch").nn.functional.gelu(
+        t, approximate="tanh")),
+    "pow_half": (lambda x: x ** 0.5, lambda t: t ** 0.5),  # sqrt's gradient: -inf at -0.0
+    "pow_1.5": (lambda x: x ** 1.5, lambda t: t ** 1.5),
+    "pow_2": (lambda x: x ** 2, lambda t: t ** 2),
+    "pow_-1": (lambda x: x ** -1, lambda t: t ** -1),
+    "pow_0": (lambda x: x ** 0, lambda t: t ** 0),
+    "rdiv": (lambda x: 1.0 / x, lambda t: 1.0 / t),
+}
+# Not matched, on purpose: x ** -0.5 at -0.0 and -inf is IEEE's pow (+inf, 0), where PyTorch's rsqrt
+# gives -inf and NaN; exact gelu at ±inf is NaN or inf depending on PyTorch's code path.
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy says so when it makes a NaN or an inf
+@pytest.mark.parametrize("op", EDGE_OPS)
+def test_elementwise_edges_match_torch(torch, device, dtype, op):
+    """relu passes a NaN's gradient on, abs' gradient at NaN is 0, (x ** 0.5)' at -0.0 is -inf..."""
+    compare(torch, device, dtype, *EDGE_OPS[op], EDGES)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "max", "sum", "mean"])
+def test_reduction_edges_match_torch(torch, device, dtype, op):
+    """Rows with a NaN, a +inf, a -inf, only -inf, a huge and a tiny value."""
+    rows = np.array([[np.nan, 1.0, 2.0], [np.inf, 1.0, 2.0], [-np.inf, 1.0, 2.0], [-np.inf] * 3,
+                     [1e30, -1e30, 0.0], [1e-30, -0.0, 0.0]])
+    theirs = {"softmax": lambda t: t.softmax(-1), "log_softmax": lambda t: t.log_softmax(-1),
+              "max": lambda t: t.amax(-1), "sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1)}[op]
+    compare(torch, device, dtype, lambda x: getattr(x, op)(axis=-1), theirs, rows)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the inf, NaN it makes
+def test_sigmoid_is_accurate_in_the_tails(torch, device, dtype):
+    """-log σ(x) is finite until σ itself underflows (at -800 in both libraries). The tanh form
+    made σ exactly 0 below -17 in float32: inf and a NaN gradient where PyTorch gives 50 and -1."""
+    x = np.array([-800.0, -50.0, -20.0, -1.0, 0.0, 1.0, 20.0, 50.0])
+    compare(torch, device, dtype, lambda x: -x.sigmoid().log(), lambda t: -t.sigmoid().log(), x)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the inf, NaN it makes
+def test_cross_entropy_with_every_target_ignored_is_nan(torch, device, dtype):
+    """The mean over no targets is 0/0 = NaN, with zero gradients, as in PyTorch (0 would pass
+    for a perfect prediction)."""
+    target = np.zeros((2, 3), dtype=np.int64)
+    compare(torch, device, dtype, lambda x, t: F.cross_entropy(x, t, ignore_index=0),
+            lambda x, t: torch.nn.functional.cross_entropy(x.reshape(-1, 4), t.reshape(-1), ignore_index=0),
+            n(2, 3, 4), target)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the inf, NaN it makes
+def test_layer_norm_of_a_row_whose_variance_overflows_is_nan(torch, device, dtype):
+    """PyTorch gives NaN for [1e308, -1e308], the issue's case, but zeros for [9e307, -9e307] (which
+    path overflows differs); we give NaN whenever the variance overflows: the true answer, [1, -1],
+    is out of reach, and a row of zeros would pass for a constant row."""
+    rows = np.array([[1e308, -1e308], [1.0, 2.0]]) if dtype == "float64" else np.array([[3e38, -3e38], [1.0, 2.0]])
+    compare(torch, device, dtype, F.layer_norm, lambda t: torch.nn.functional.layer_norm(t, (2,)), rows)
+    half_max = Tensor(np.array([np.finfo(dtype).max / 2, -np.finfo(dtype).max / 2], dtype=dtype), device=device)
+    assert np.isnan(F.layer_norm(half_max).numpy()).all()
+
+
+# -- float16 reductions accumulate in float32, as PyTorch's (issue 22, item 7) ----------------
+# The oracle is PyTorch in float64 on the same float16 values; ours may be off by the rounding
+# of its float16 result and inputs (about 1e-3 relative).
+
+HALF = dict(rtol=4e-3, atol=2e-3)
+
+
+def compare_half(torch, device, ours, theirs, *arrays, tol=HALF):
+    xs = [Tensor(a.astype(np.float16), device=device, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a.astype(np.float16).astype(np.float64), requires_grad=True) for a in arrays]
+    out, ref = ours(*xs), theirs(*ts)
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.numpy().astype(np.float64), ref.detach().numpy(), **tol, err_msg="forward")
+    u = np.random.default_rng(7).uniform(0.5, 1.5, tuple(ref.shape)).astype(np.float16)
+    out.backward(Tensor(u, device=device))
+    ref.backward(torch.tensor(u.astype(np.float64)))
+    for i, (x, t) in enumerate(zip(xs, ts)):
+        assert x.grad.dtype == np.float16
+        np.testing.assert_allclose(x.grad.numpy().astype(np.float64), t.grad.numpy(), **tol,
+                                   err_msg=f"gradient of input {i}")
+
+
+def test_float16_mean_and_var_past_65504(torch, device):
+    """A float16 mean of 10,000 tens is 10 (its float16 sum is inf); squares above 256 overflow."""
+    tens = np.full(10_000, 10.0)
+    compare_half(torch, device, lambda x: x.mean(), lambda t: t.mean(), tens)
+    spread = np.zeros(100)
+    spread[:2] = [300.0, -300.0]  # variance 1800, squares 90,000
+    compare_half(torch, device, lambda x: x.var(), lambda t: t.var(correction=0), spread, tol=dict(rtol=4e-3, atol=0))
+    compare_half(torch, device, lambda x: x.reshape(100, 100).mean(axis=0), lambda t: t.reshape(100, 100).mean(0), tens)
+
+
+def test_float16_softmax_and_cross_entropy_over_70000_classes(torch, device):
+    """Σ exp over 70,000 near-equal logits passes 65504: the rows were 0 or NaN in float16."""
+    logits = n(2, 70_000) * 0.01
+    small = dict(rtol=4e-3, atol=1e-7)  # the probabilities are about 1.4e-5
+    compare_half(torch, device, lambda x: x.softmax(), lambda t: t.softmax(-1), logits, tol=small)
+    compare_half(torch, device, lambda x: x.log_softmax(), lambda t: t.log_softmax(-1), logits)
+    target = np.array([3, 69_999])
+    compare_half(torch, device, lambda x: F.cross_entropy(x, target, label_smoothing=0.1),
+                 lambda t: torch.nn.functional.cross_entropy(t, torch.tensor(target), label_smoothing=0.1),
+                 logits, tol=small)
+
+
+def test_float16_layer_norm_and_attention(torch, device):
+    """A layer norm of values near 30: the float16 mean alone was 0.008 off (ten times PyTorch's error)."""
+    x, w, b = n(4, 512) + 30, n(512, seed=1), n(512, seed=2)
+    tight = dict(rtol=2e-3, atol=1e-3)  # a float16 result's own rounding; float16 arithmetic was 3-10× off
+    compare_half(torch, device, F.layer_norm, lambda x, w, b: torch.nn.functional.layer_norm(x, (512,), w, b), x, w, b,
+                 tol=dict(rtol=2e-3, atol=2e-3))
+    q, k, v = n(2, 2, 6, 8) * 3, n(2, 2, 6, 8, seed=1) * 3, n(2, 2, 6, 8, seed=2)
+    compare_half(torch, device, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
+                 lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
+                 tol=tight)
+
+
+def test_float16_gelu_far_out(torch, device):
+    """The tanh form's gradient multiplies 1 - tanh² (0 far out) by 1 + 0.134·x² (inf in float16
+    above 256): NaN, where PyTorch, in float32, gives 0 and 1."""
+    x = np.array([-60000.0, -300.0, -3.0, 0.5, 300.0, 60000.0])
+    compare_half(torch, device, lambda x: F.gelu(x, approximate="tanh"),
+                 lambda t: torch.nn.functional.gelu(t, approximate="tanh"), x)
+    compare_half(torch, device, lambda x: x.gelu(), lambda t: torch.nn.functional.gelu(t), x)
+
+
+def test_float16_sums_along_a_strided_axis(torch, device):
+    """NumPy adds float16 along a strided axis in float16: 10,000 ones over axis 0 made 2048,
+    and so did the gradient of a bias broadcast over 10,000 rows."""
+    ones = np.ones((10_000, 3))
+    compare_half(torch, device, lambda x: x.sum(axis=0), lambda t: t.sum(0), ones)
+    compare_half(torch, device, lambda x, b: x + b, lambda x, b: x + b, ones, np.zeros(3))

@@ -71,6 +71,8 @@ class PowScalar(Function):
         c = self.exponent
         if c == 0:  # x ** 0 is constant; c · x^(c-1) would be 0 · inf = NaN at x = 0
             return (g * 0,)
+        if c == 0.5:  # x ** 0.5 is sqrt, so its gradient is Sqrt's: -inf at -0.0, as in PyTorch
+            return (g * 0.5 / self.xp.sqrt(x),)
         return (g * (c * x ** (c - 1)),)  # grouped as PyTorch does, so tiny c · inf stays inf
 
 

@@ -18,6 +18,7 @@ from .. import autograd
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
+from .precision import in_float32
 from .reduce import row_dots, row_max, row_sums
 from .select import as_mask
 
@@ -72,6 +73,7 @@ def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
     return tri if mask is None else mask & tri
 
 
+@in_float32
 class Attention(OnceDifferentiable):
     saved = ("p", "drop", "p_used", "scale")
 
@@ -136,6 +138,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, cau
     keep = attention_keep(q.backend, mask, causal, q.shape[-2], k.shape[-2])
     weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
         q.backend.xp, q.data, k.data, keep, scale)
+    weights = q.backend.cast(weights, q.dtype)  # float16 attention keeps its weights in float32
     if autograd._observers:
         autograd.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
     return out, Tensor._from_op(weights, q.backend)

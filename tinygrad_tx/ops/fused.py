@@ -8,9 +8,11 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
+from .precision import in_float32
 from .reduce import column_dots, column_sums, row_dots, row_sums
 
 
+@in_float32
 class Softmax(OnceDifferentiable):
     """y = exp(x - max x) / Σ exp(x - max x); subtracting the max keeps exp from overflowing."""
 
@@ -29,6 +31,7 @@ class Softmax(OnceDifferentiable):
         return (gy - y * gy.sum(axis=self.axis, keepdims=True),)
 
 
+@in_float32
 class LogSoftmax(OnceDifferentiable):
     """y = x - logsumexp(x), the logsumexp taken around the max for stability."""
 
@@ -46,13 +49,16 @@ class LogSoftmax(OnceDifferentiable):
         return (g - self.xp.exp(self.y) * g.sum(axis=self.axis, keepdims=True),)
 
 
+@in_float32
 class LayerNorm(OnceDifferentiable):
     """Normalise the last axis to mean 0 and variance 1, then scale and shift (Ba et al., 2016).
 
     The variance is the biased one, computed in two passes (mean first, then the
     mean of squared deviations): the one-pass E[x²] - E[x]² loses every digit on
     rows whose mean is large compared to their spread. eps sits inside the sqrt,
-    as in PyTorch. Forward and backward work in place on the arrays they just made: a
+    as in PyTorch. A row whose variance overflows the dtype ([1e308, -1e308]) gives NaN
+    rather than a silent row of zeros (PyTorch gives NaN there, and zeros for float32
+    [1e20, -1e20]). Forward and backward work in place on the arrays they just made: a
     layer norm runs on every residual stream, and each full-size temporary spared is a
     pass over memory spared.
     """
@@ -63,7 +69,8 @@ class LayerNorm(OnceDifferentiable):
         xp, D = self.xp, x.shape[-1]
         x_hat = x - row_sums(xp, x) / D  # (..., D) centred, then scaled in place
         var = row_dots(xp, x_hat, x_hat) / D  # (..., 1)
-        self.rstd = 1 / self.xp.sqrt(var + eps)  # (..., 1)
+        var[var == xp.inf] = xp.nan  # overflowed: a NaN row, not a row times 1/√inf = 0
+        self.rstd = 1 / xp.sqrt(var + eps)  # (..., 1)
         x_hat *= self.rstd  # (..., D)
         self.x_hat = x_hat
         y = x_hat * w  # (..., D)

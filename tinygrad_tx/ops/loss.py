@@ -7,19 +7,23 @@ For one target t over C classes with smoothing ε the loss is
 i.e. cross-entropy against the smoothed distribution q = (1 - ε)·onehot(t) + ε/C,
 and its gradient with respect to the logits is simply softmax - q. Ignored
 targets (padding) contribute nothing, and "mean" divides by the number of
-targets that were not ignored, so more padding never changes the loss.
+targets that were not ignored, so more padding never changes the loss. With every
+target ignored that mean is 0/0 = NaN (and the gradient zero), as in PyTorch: there
+is no loss to report, and 0 would pass for a perfect prediction.
 """
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import as_ids
+from .precision import in_float32
 from .reduce import row_sums
 from .select import check_range
 
 REDUCTIONS = ("mean", "sum", "none")
 
 
+@in_float32
 class CrossEntropy(OnceDifferentiable):
     """Written for few passes over the (N, C) logits, the largest array of a language model:
     forward reads them for the max, the shift, the exponentials and their sum; backward
@@ -45,7 +49,7 @@ class CrossEntropy(OnceDifferentiable):
         if keep is not None:
             loss = xp.where(keep, loss, 0)
         if reduction == "mean" and keep is not None:  # counted where the data is: no wait for a GPU
-            self.count = xp.maximum(keep.sum(), 1).astype(loss.dtype)
+            self.count = keep.sum().astype(loss.dtype)  # 0 if all are ignored: the mean is 0/0 = NaN
         else:
             self.count = target.size if reduction == "mean" else 1
         self.e, self.log_z, self.rows, self.target, self.keep = e, log_z, rows, flat_target, keep

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..autograd import Function, sum_to
+from ..backend import widened_sum
 
 
 def normalize_axis(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
@@ -93,7 +94,7 @@ class Sum(Function):
 
     def forward(self, x, axis, keepdims):
         self.axis = axis
-        return x.sum(axis=axis, keepdims=keepdims)
+        return widened_sum(x, axis, keepdims)  # float16 added in float32
 
     def backward(self, g, x):
         return (self.xp.broadcast_to(g.reshape(kept_shape(x.shape, self.axis)), x.shape),)

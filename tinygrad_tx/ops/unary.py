@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from ..autograd import Function, OnceDifferentiable
+from .precision import in_float32
 
 
 class Exp(Function):
@@ -44,18 +45,25 @@ class Tanh(Function):
         return (g * (1 - t * t),)
 
 
-def sigmoid(xp, x):
-    """1 / (1 + e^-x), in its tanh form, which never overflows."""
-    return 0.5 * (xp.tanh(0.5 * x) + 1)
+def sigmoid_parts(xp, x):
+    """e = e^-|x| and s = σ(|x|) = 1 / (1 + e), both in (0, 1]: nothing overflows.
+
+    σ(x) is s for x >= 0 and e·s for x < 0. e·s equals 1 - s, but stays accurate where
+    1 - s cancels to 0 (the tanh form ½(tanh(x/2) + 1) did: it was 0 below x ≈ -17 in
+    float32, so -log σ(-50) was inf instead of 50).
+    """
+    e = xp.exp(xp.where(x >= 0, -x, x))  # e^-|x|
+    return e, 1 / (1 + e)
 
 
 class Sigmoid(Function):
     def forward(self, x):
-        return sigmoid(self.xp, x)
+        e, s = sigmoid_parts(self.xp, x)
+        return self.xp.where(x >= 0, s, e * s)
 
     def backward(self, g, x):
-        s = sigmoid(self.xp, x)
-        return (g * s * (1 - s),)
+        e, s = sigmoid_parts(self.xp, x)
+        return (g * (e * s * s),)  # σ'(x) = σ(x)·σ(-x) = e·s², accurate in both tails
 
 
 class Relu(Function):
@@ -63,8 +71,8 @@ class Relu(Function):
         return self.xp.maximum(x, 0)
 
     def backward(self, g, x):
-        # the mask cast first: NumPy multiplies float by bool through a slow casting loop
-        return (g * (x > 0).astype(g.dtype),)
+        # g passes unless x <= 0, so a NaN input passes its gradient on, as in PyTorch
+        return (self.xp.where(x <= 0, 0, g),)
 
 
 class Abs(Function):
@@ -72,12 +80,14 @@ class Abs(Function):
         return self.xp.abs(x)
 
     def backward(self, g, x):
-        return (g * self.xp.sign(x),)
+        # sign(x) from comparisons: 0 at a NaN, as PyTorch's (NumPy's sign(NaN) is NaN)
+        return (g * ((x > 0).astype(g.dtype) - (x < 0).astype(g.dtype)),)
 
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+@in_float32  # float16's x * x overflows above 256: its gradient was 0 · inf = NaN
 class Gelu(OnceDifferentiable):
     """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation."""
 
