@@ -52,8 +52,10 @@ class _Writer:
         """A name in the function's scope for a constant (op class, backend, params, tensor)."""
         key = id(obj)
         if key not in self.names:
-            name = hint if hint not in self.scope and hint not in _LOCALS else f"{hint}{len(self.scope)}"
-            name = name if name.isidentifier() and not keyword.iskeyword(name) else f"k{len(self.scope)}"
+            base = hint if hint.isidentifier() and not keyword.iskeyword(hint) and not hint.startswith("__") else "k"
+            name, n = base, 1
+            while name in self.scope or name in _LOCALS:  # a tensor named "w6" may already hold "w" + "6"
+                name, n = f"{base}_{n}", n + 1
             self.names[key], self.scope[name] = name, obj
         return self.names[key]
 
