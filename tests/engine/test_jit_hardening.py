@@ -26,3 +26,35 @@ def test_tensors_whose_names_collide_are_each_bound_to_themselves(names):
     for start in (0.0, 1000.0, 2000.0):
         assert jitted(vec(start)).numpy().tolist() == [start + 111.0]
     assert jitted.replays == 2
+
+
+def test_two_zero_d_comparisons_are_not_mixed_up():
+    # item 2: recorded with x=[1,2], y=[3,4], called with x=[-1,-2]: eager [4, 6], replay [2, 2]
+    # (both comparisons gave NumPy's one np.True_, and the record told arrays apart by id)
+    def f(x, y):
+        a = x.sum() > 0
+        b = y.sum() > 0
+        return tx.where(a, x, y) + tx.where(b, y, x)
+
+    jitted = tx.jit(f)
+    for x, y in ((vec(1, 2), vec(3, 4)), (vec(-1, -2), vec(3, 4)), (vec(1, 2), vec(-3, -4))):
+        try:
+            got = jitted(x, y)
+        except JitError as e:
+            assert "cannot tell their results apart" in str(e)
+            continue
+        assert got.numpy().tobytes() == f(x, y).numpy().tobytes()
+
+
+def test_a_zero_d_comparison_beside_a_python_bool_is_not_mixed_up():
+    def f(x, y):
+        a = x.sum() > 0
+        return tx.where(a | True, x, y)  # the lifted True is NumPy's np.True_ too
+
+    jitted = tx.jit(f)
+    for x, y in ((vec(1, 2), vec(3, 4)), (vec(-1, -2), vec(3, 4)), (vec(1, 2), vec(-3, -4))):
+        try:
+            got = jitted(x, y)
+        except JitError:
+            continue
+        assert got.numpy().tobytes() == f(x, y).numpy().tobytes()

@@ -125,6 +125,7 @@ class Recorder(Instrument):
         self.walking = 0
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
         self.arrays: dict[int, tuple[Tensor, Any]] = {}  # id(tensor) -> it and its array, to see it replaced
+        self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
@@ -140,8 +141,17 @@ class Recorder(Instrument):
         self.alive.append(array)
         return slot
 
+    def _slot(self, array: Any) -> int | None:
+        """The slot holding `array` (None: no op or argument made it); refused when two ops returned
+        this very object (NumPy's shared `np.True_`), as the record could then bind the wrong one."""
+        if id(array) in self.shared:
+            raise JitError(f"jit: two ops returned one and the same object ({array!r}; NumPy shares np.True_ "
+                           "and np.False_), so the record cannot tell their results apart. Keep a dimension "
+                           "(x.sum(keepdims=True) > 0) so that each result is an array of its own")
+        return self.slot_of.get(id(array))
+
     def _source(self, t: Tensor) -> int:
-        slot = self.slot_of.get(id(t.data))
+        slot = self._slot(t.data)
         if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
             if self._grad_owner(t) is not None:
                 self.read(t, "used in an op as a gradient (.grad)")
@@ -159,7 +169,7 @@ class Recorder(Instrument):
             if all(b is None for b in items):
                 return None
             return ("tuple", tuple(("const", v) if b is None else b for v, b in zip(value, items)))
-        slot = self.slot_of.get(id(value)) if hasattr(value, "shape") else None
+        slot = self._slot(value) if hasattr(value, "shape") else None
         return None if slot is None else ("slot", slot)
 
     def _target(self, t: Tensor) -> tuple | None:
@@ -196,6 +206,8 @@ class Recorder(Instrument):
                            "mask or use where() instead")
         dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
         index = len(self.tape.ops)
+        if isinstance(output, np.bool_) or id(output) in self.slot_of and not any(output is t.data for t in inputs):
+            self.shared.add(id(output))  # NumPy's np.True_, or an array another op made: not told apart by id
         targets = tuple(self._target(t) for t in inputs) if recorded else None
         needs_grad = [t.requires_grad for t in inputs] if recorded else None
         out = self._new_slot(output, f"s{index}")
@@ -213,7 +225,7 @@ class Recorder(Instrument):
         if create_graph or inputs is not None:
             raise JitError("jit: create_graph=True and tx.grad are not supported inside a jitted function")
         self.walking += 1
-        slot = self.slot_of.get(id(grad.data))
+        slot = self._slot(grad.data)
         seed = ("slot", slot) if slot is not None else ("const", grad.data.copy())
         if root.grad_fn is None:
             step = Backward(None, self._target(root)[1], seed, [], root.backend, retain_graph)
@@ -346,7 +358,7 @@ class Recorder(Instrument):
             owner = self._grad_owner(value)
             if owner is not None:
                 return ("grad", owner)  # that tensor's .grad as the replay leaves it, as eager's
-            slot = self.slot_of.get(id(value.data))
+            slot = self._slot(value.data)
             if slot is None:
                 raise JitError(f"jit: the function returned a tensor of shape {value.shape} made outside ops "
                                "(a Tensor built from an array or a number?), which a replay would not make "
