@@ -58,3 +58,57 @@ def test_a_zero_d_comparison_beside_a_python_bool_is_not_mixed_up():
         except JitError:
             continue
         assert got.numpy().tobytes() == f(x, y).numpy().tobytes()
+
+
+def test_textbook_sgd_through_data_is_refused_with_what_to_write_instead():
+    # item 3: `p.data -= lr * p.grad.data` ran only while recording; replays never updated the weights
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+
+    def step(x):
+        loss = (p * x).sum()
+        p.grad = None
+        loss.backward()
+        p.data -= 0.1 * p.grad.data
+        return loss
+
+    with pytest.raises(JitError, match=r"optim\.SGD"):
+        tx.jit(step)(vec(1.0, 1.0))
+
+
+@pytest.mark.parametrize("write", [
+    lambda p, g: setattr(p.grad, "data", p.grad.data * 0.5),  # a gradient scaled by hand
+    lambda p, g: setattr(p, "data", p.data - 0.1 * p.grad.data),  # SGD writing a new array
+    lambda p, g: setattr(g, "data", g.data + 1),  # an intermediate result changed after it was made
+])
+def test_every_write_to_data_inside_a_jitted_step_is_refused(write):
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x):
+        y = p * x
+        loss = y.sum()
+        opt.zero_grad()
+        loss.backward()
+        write(p, y)
+        opt.step()
+        return loss
+
+    with pytest.raises(JitError, match=r"\.data"):
+        tx.jit(step)(vec(1.0, 1.0))
+    assert "data" not in vars(tx.Tensor)  # the watch on .data ends with the recording
+
+
+def test_sgd_with_an_optimizer_still_replays_and_data_reads_are_free():
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x):
+        loss = (p * x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss, p.data.shape
+
+    jitted = tx.jit(step)
+    losses = [jitted(vec(1.0, 1.0))[0].item() for _ in range(3)]
+    assert losses == pytest.approx([3.0, 2.8, 2.6]) and jitted.replays == 2

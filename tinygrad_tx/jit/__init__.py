@@ -150,7 +150,6 @@ class Jitted:
         self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
-        self._tensors: list[Tensor] = []  # and every tensor, its modules' too
         self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
 
@@ -164,9 +163,6 @@ class Jitted:
         if self._modules is None:  # at the first call, not in jit(): globals defined after the decorator exist now
             reach = _in_reach(self.fn)
             self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
-            self._tensors = list({id(t): t for t in (  # watched for a replaced .data
-                *(t for t in reach if isinstance(t, Tensor)),
-                *(t for top in reach if isinstance(top, Module) for _, t in top.named_tensors()))}.values())
         tensors: list[Tensor] = []
         key = self._key(args, kwargs, tensors)
         if key in self.refused:  # for good: a later pair of calls that happen to agree proves nothing
@@ -177,7 +173,7 @@ class Jitted:
             self.replays += 1
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
-        tape, result = record(self.fn, args, kwargs, tensors, self._tensors)
+        tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree
             try:
                 check_same(first, tape)

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import autograd
 from ..backend import backend_of
 from ..inspect.instrument import Instrument
 from ..nn import Module
@@ -69,10 +70,9 @@ def _same_value(a: Any, b: Any) -> bool:
 
 # -- recording -------------------------------------------------------------------------------
 
-def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, reached: list[Tensor]) -> tuple[Tape, Any]:
-    """Run `fn` eagerly under a `Recorder` (`reached`: the tensors in reach, modules' included);
-    returns the record and `fn`'s result."""
-    recorder = Recorder(tensors, reached)
+def record(fn: Callable, args: tuple, kwargs: dict, tensors: list) -> tuple[Tape, Any]:
+    """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
+    recorder = Recorder(tensors)
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
@@ -104,10 +104,48 @@ def _this_thread(method: Callable) -> Callable:
     return filtered
 
 
+class _WatchedData:
+    """`Tensor.data` while a recording runs (a data descriptor, so it comes before the instance's
+    own `data`): an assignment to the `.data` of a tensor that has one is a change a replay would
+    not make again. `p.data -= lr * p.grad.data` is one: NumPy changes the array in place, then
+    Python assigns it back, which is the one moment the write can be seen."""
+
+    lock, recordings = threading.Lock(), 0
+
+    def __get__(self, t: Tensor | None, owner: type | None = None) -> Any:
+        if t is None:
+            return self
+        try:
+            return t.__dict__["data"]
+        except KeyError:
+            raise AttributeError("data") from None
+
+    def __set__(self, t: Tensor, array: Any) -> None:
+        old = t.__dict__.get("data")
+        if old is array:
+            autograd.show_side_effect(f"a write to the .data of a tensor of shape {t.shape} (`p.data -= lr * "
+                                      "p.grad.data`? write optim.SGD(params, lr=lr).step(), which is replayed)")
+        elif old is not None:
+            autograd.show_side_effect(f"the .data of a tensor of shape {t.shape} was replaced (an EMA? "
+                                      "nn.init? load_state_dict?)")
+        t.__dict__["data"] = array
+
+    @classmethod
+    def watch(cls, on: bool) -> None:
+        """Install it on `Tensor` for the first recording on, remove it after the last (threads)."""
+        with cls.lock:
+            cls.recordings += 1 if on else -1
+            if cls.recordings == (1 if on else 0):
+                if on:
+                    Tensor.data = cls()
+                else:
+                    del Tensor.data
+
+
 class Recorder(Instrument):
     """The instrument that writes a `Tape` while the function runs eagerly (in its own thread)."""
 
-    def __init__(self, tensors: list[Tensor], reached: list[Tensor]):
+    def __init__(self, tensors: list[Tensor]):
         self.tape = Tape()
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
@@ -124,13 +162,19 @@ class Recorder(Instrument):
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
-        self.arrays: dict[int, tuple[Tensor, Any]] = {}  # id(tensor) -> it and its array, to see it replaced
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
-        for t in (*tensors, *reached):
-            self.arrays.setdefault(id(t), (t, t.data))
+
+    def __enter__(self) -> "Recorder":
+        super().__enter__()
+        _WatchedData.watch(True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _WatchedData.watch(False)
+        super().__exit__(*exc)
 
     def _new_slot(self, array: Any, name: str) -> int:
         slot = self.tape.n_slots
@@ -157,7 +201,6 @@ class Recorder(Instrument):
                 self.read(t, "used in an op as a gradient (.grad)")
             slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
             self.tape.captured.append((slot, t))
-            self.arrays.setdefault(id(t), (t, t.data))
             self.captured_slots.add(slot)
             self.alive.append(t)
         return slot
@@ -302,8 +345,6 @@ class Recorder(Instrument):
                            "Remove the hooks, or run this function without tx.jit")
         if id(module) not in self.modules:
             self.modules[id(module)] = (module, None if id(module) in self.mode_set else module.training)
-            for _, t in module.named_tensors():
-                self.arrays.setdefault(id(t), (t, t.data))
 
     @_this_thread
     def side_effect(self, how: str) -> None:
@@ -336,10 +377,6 @@ class Recorder(Instrument):
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
-        for t, array in self.arrays.values():
-            if t.data is not array:
-                self.side_effect(f"the .data of a tensor of shape {t.shape} was replaced (an EMA? nn.init? "
-                                 "load_state_dict?)")
         tape = self.tape
         tape.output = self._output(result)
         tensors = [t for _, t in tape.captured]
