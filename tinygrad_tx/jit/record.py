@@ -18,7 +18,7 @@ from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
 from ..tensor import Tensor
-from .tape import Backward, Call, Node, Op, Tape
+from .tape import Backward, Call, Live, Node, Op, Tape
 
 
 class JitError(RuntimeError):
@@ -237,6 +237,27 @@ class Recorder(Instrument):
             self.alive.append(t)
         return (False, leaf)
 
+    def _live(self, value: Any, where: str) -> Any:
+        """A call's argument as a replay must pass it: one of this call's tensors (an argument, a
+        `.grad`, an op's result) as a `Live`, inside lists and tuples too; other objects as they are."""
+        if isinstance(value, Tensor):
+            if id(value) in self.arg_number:
+                return Live("arg", self.arg_number[id(value)])
+            owner = self._grad_owner(value)
+            if owner is not None:
+                return Live("grad", owner)
+            slot = self._slot(value.data)
+            if slot is not None and not any(t is value for _, t in self.tape.captured):
+                return Live("slot", slot, value.backend)
+            return value  # a parameter: the same tensor at every call
+        if type(value) in (list, tuple):
+            items = [self._live(v, where) for v in value]
+            return type(value)(items) if any(type(v) is Live for v in items) else value
+        if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+            raise JitError(f"jit: {where} got a raw array (.data?), which a replay would pass again as it "
+                           "was while recording; pass the Tensor")
+        return value
+
     # -- what the engine shows -----------------------------------------------------------------
     @_this_thread
     def op(self, fn, inputs, params, output, recorded) -> None:
@@ -329,6 +350,8 @@ class Recorder(Instrument):
                            "would find used up; pass a list")
         if function is Module.train.__wrapped__:  # the mode of these is the function's doing from here
             self.mode_set.update(id(m) for m in args[0].modules())
+        where = function.__qualname__
+        args, kwargs = self._live(args, where), {k: self._live(v, where) for k, v in kwargs.items()}
         self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
         self.call_of[id(result)] = self.tape.calls
         self.alive.append(result)
@@ -433,6 +456,9 @@ class Recorder(Instrument):
                 for op in step:
                     for slot in (*op.ins, *_dynamic_slots(op)):
                         last[slot] = op
+            elif type(step) is Call:
+                for slot in _live_slots((step.args, tuple(step.kwargs.values()))):
+                    last[slot] = step
             elif type(step) is Backward:
                 if step.seed[0] == "slot":
                     last[step.seed[1]] = step
@@ -462,6 +488,15 @@ def _dynamic_slots(op: Op) -> list[int]:
     for _, binding in op.dynamic or ():
         walk(binding)
     return out
+
+
+def _live_slots(value: Any) -> list[int]:
+    """The slots a call's arguments pass (`Live` op results, inside tuples and lists too)."""
+    if type(value) is Live:
+        return [value.ref] if value.kind == "slot" else []
+    if type(value) in (list, tuple):
+        return [s for v in value for s in _live_slots(v)]
+    return []
 
 
 def _slots_in(spec: tuple) -> list[int]:
