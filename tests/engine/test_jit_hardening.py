@@ -202,3 +202,91 @@ def test_collectives_of_raw_arrays_and_numbers_inside_are_refused(call):
 
     with pytest.raises(JitError, match="raw array|Python number"):
         tx.jit(step)(vec(1.0, 2.0))
+
+
+def _changes():
+    """Changes to a model between two calls of a jitted step (item 4), each a function of the model."""
+    def dropout_off(m):
+        m.drop.p = 0.0
+
+    def append_a_layer(m):
+        m.blocks.append(tx.nn.Linear(3, 3))
+
+    def replace_a_layer(m):
+        m.blocks.items[0] = tx.nn.Linear(3, 3)
+
+    def replace_a_submodule(m):
+        m.head = tx.nn.Linear(3, 2)
+
+    def rebind_a_weight(m):
+        m.head.weight = tx.Tensor(np.ones((3, 2), np.float32), requires_grad=True)
+
+    def replace_an_item_of_a_plain_list(m):
+        m.extra[0] = tx.Tensor(np.full(3, 5.0, np.float32))
+
+    return [dropout_off, append_a_layer, replace_a_layer, replace_a_submodule, rebind_a_weight,
+            replace_an_item_of_a_plain_list]
+
+
+class _Net(tx.nn.Module):
+    def __init__(self):
+        self.blocks = tx.nn.ModuleList([tx.nn.Linear(3, 3)])
+        self.drop = tx.nn.Dropout(0.5)
+        self.head = tx.nn.Linear(3, 2)
+        self.extra = [tx.Tensor(np.ones(3, np.float32))]
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x).tanh()
+        return self.head(self.drop(x * self.extra[0]))
+
+
+@pytest.mark.parametrize("change", _changes(), ids=lambda f: f.__name__)
+def test_a_model_changed_between_calls_is_recorded_anew(change):
+    # item 4: Dropout.p = 0.0, ModuleList.append(...), a replaced submodule went unnoticed; the
+    # replays ran the old graph
+    def run(jitted: bool):
+        tx.manual_seed(0)
+        model = _Net()
+        step = tx.jit(lambda x: model(x).sum()) if jitted else (lambda x: model(x).sum())
+        out = []
+        for i in range(4):
+            if i == 2:
+                change(model)
+            tx.manual_seed(i)
+            out.append(step(tx.Tensor(np.full((2, 3), i + 1.0, np.float32))).numpy().tobytes())
+        return out, step
+
+    (eager, _), (jitted, step) = run(False), run(True)
+    assert jitted == eager
+    assert step.replays == 2  # calls 1 and 3: the change made call 2 record anew
+
+
+def test_a_global_rebound_between_calls_is_recorded_anew():
+    global _GLOBAL_MODEL
+    _GLOBAL_MODEL = tx.nn.Linear(2, 1)
+
+    def f(x):
+        return _GLOBAL_MODEL(x)
+
+    jitted, x = tx.jit(f), vec(1.0, 2.0)
+    jitted(x)
+    _GLOBAL_MODEL = tx.nn.Linear(2, 1)
+    assert jitted(x).numpy().tobytes() == f(x).numpy().tobytes()
+    assert jitted.replays == 0 and jitted.traces == 2
+
+
+def test_what_the_step_itself_changes_at_each_call_is_no_change():
+    class Counting(tx.nn.Module):
+        def __init__(self):
+            self.lin, self.calls = tx.nn.Linear(2, 2), 0
+
+        def forward(self, x):
+            self.calls += 1  # Python state written by the function: fixed at the recording
+            return self.lin(x)
+
+    model = Counting()
+    jitted = tx.jit(lambda x: model(x).sum())
+    for _ in range(4):
+        jitted(vec(1.0, 2.0))
+    assert jitted.replays == 3
