@@ -25,6 +25,8 @@ import tinygrad_tx.distributed as dist
 from tinygrad_tx import nn, optim
 from tinygrad_tx.jit import JitError
 
+from .test_jit_limits import same
+
 NAMES = ("w", "w6", "w", "V", "f")  # collide with each other and with the generated code's own names
 VECTOR, SCALAR, MASK = range(3)  # the three register files of a program
 
@@ -197,16 +199,6 @@ def run(world: World, s: tuple, regs: dict) -> None:
 
 
 # -- comparing -----------------------------------------------------------------------------------
-
-def same(a, b) -> bool:
-    """Bit-for-bit equality of nested results (structure, types, dtypes and bytes)."""
-    if isinstance(a, tx.Tensor) or isinstance(b, tx.Tensor):
-        return (isinstance(a, tx.Tensor) and isinstance(b, tx.Tensor) and a.shape == b.shape
-                and a.dtype == b.dtype and a.numpy().tobytes() == b.numpy().tobytes())
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
-    return type(a) is type(b) and a == b
-
 
 def state(world: World) -> list:
     """Every tensor's values and gradient (None or values), in order."""
