@@ -49,7 +49,8 @@ STATEMENTS = st.one_of(
     st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad"])),
     st.tuples(st.just("collective"), st.sampled_from(["all_reduce", "all_reduce_sum", "broadcast"]),
               st.sampled_from(["vector", "param", "grad"]), index),
-    st.tuples(st.just("write"), st.sampled_from(["sgd", "scale", "replace", "grad_scale", "vector"]), index),
+    st.tuples(st.just("write"), st.sampled_from(["sgd", "scale", "replace", "grad_scale", "vector", "setitem",
+                                                 "out", "grad_none"]), index),
     st.tuples(st.just("read"), st.sampled_from(["item", "if", "numpy"]), index),
     st.tuples(st.just("mode"), st.booleans()),
     st.tuples(st.just("seed"), st.integers(0, 3)),
@@ -182,6 +183,12 @@ def run(world: World, s: tuple, regs: dict) -> None:
             p.data = p.data * 0.5
         elif s[1] == "grad_scale":
             p.grad.data *= 0.5
+        elif s[1] == "setitem":
+            p.data[...] = p.data * 0.5
+        elif s[1] == "out":
+            np.multiply(p.grad.data, 0.5, out=p.grad.data)
+        elif s[1] == "grad_none":
+            p.grad = None
         else:
             pick(regs, VECTOR, s[2]).data += 1.0
     elif kind == "read" and regs[SCALAR]:

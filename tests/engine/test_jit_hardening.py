@@ -66,7 +66,6 @@ def test_textbook_sgd_through_data_is_refused_with_what_to_write_instead():
 
     def step(x):
         loss = (p * x).sum()
-        p.grad = None
         loss.backward()
         p.data -= 0.1 * p.grad.data
         return loss
@@ -96,6 +95,28 @@ def test_every_write_to_data_inside_a_jitted_step_is_refused(write):
     with pytest.raises(JitError, match=r"\.data"):
         tx.jit(step)(vec(1.0, 1.0))
     assert "data" not in vars(tx.Tensor)  # the watch on .data ends with the recording
+
+
+@pytest.mark.parametrize("write", [
+    lambda p: p.data.__setitem__(Ellipsis, p.data * 0.5),  # p.data[...] = p.data * 0.5
+    lambda p: np.multiply(p.grad.data, 0.5, out=p.grad.data),  # gradient scaled in place
+    lambda p: np.clip(p.data, -0.5, 0.5, out=p.data),
+    lambda p: setattr(p, "grad", None),  # zero_grad by hand
+])
+def test_writes_that_assign_no_data_are_refused_too(write):
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x):
+        loss = (p * x).sum()
+        loss.backward()
+        write(p)
+        opt.step()
+        return loss
+
+    with pytest.raises(JitError, match=r"in place|\.grad = "):
+        tx.jit(step)(vec(1.0, 1.0))
+    assert tx.Tensor.grad is None  # the class default again once the recording ends
 
 
 def test_sgd_with_an_optimizer_still_replays_and_data_reads_are_free():

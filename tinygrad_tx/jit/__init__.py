@@ -58,10 +58,12 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
+  So are `p.grad = ...` by hand (`optimizer.zero_grad()` and `module.zero_grad()` are
+  replayed) and writes into a raw array got from `.data` (`p.data[...] = v`,
+  `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
   Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
   `backend.seed` are replayable calls; a collective given a raw array or a Python number
-  is refused. Writes into a raw array that assign no `.data` (`p.data[...] = v`,
-  `np.clip(g.data, ..., out=g.data)`) are not seen: they are not repeated.
+  is refused.
 - Two ops that return one and the same object (NumPy's shared `np.True_` from two 0-d
   comparisons) cannot be told apart by the record: using either is refused.
 - A recording is one thread's: what other threads do meanwhile stays out of it.
@@ -90,8 +92,7 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   anew (what the function itself changes during a call is no change). Not seen:
   a field of another object changed (a config object the function reads),
   a parameter passed as an argument while the function also uses it directly,
-  `p.grad = None` written by hand (`optimizer.zero_grad()` and `module.zero_grad()`
-  are replayed), objects made inside the function (an optimizer, a fresh leaf such
+  objects made inside the function (an optimizer, a fresh leaf such
   as `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
   Python state the function writes or reads inside objects (counters, attributes
   of non-module objects, a Python number such as `clip_grad_norm`'s result used in
@@ -125,7 +126,8 @@ recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes th
 a record holds no activations between calls).
 
 Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
-record while the function runs eagerly; `tape.py` is the record itself and its replay;
+record while the function runs eagerly (`watch.py`: what it sees of `.data` and `.grad`);
+`tape.py` is the record itself and its replay;
 `codegen.py` writes a record as the Python function a replay runs.
 """
 from __future__ import annotations

@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import autograd
 from ..backend import backend_of
 from ..inspect.instrument import Instrument
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
 from ..tensor import Tensor
+from . import watch
 from .tape import Backward, Call, Live, Node, Op, Tape
 
 
@@ -104,44 +104,6 @@ def _this_thread(method: Callable) -> Callable:
     return filtered
 
 
-class _WatchedData:
-    """`Tensor.data` while a recording runs (a data descriptor, so it comes before the instance's
-    own `data`): an assignment to the `.data` of a tensor that has one is a change a replay would
-    not make again. `p.data -= lr * p.grad.data` is one: NumPy changes the array in place, then
-    Python assigns it back, which is the one moment the write can be seen."""
-
-    lock, recordings = threading.Lock(), 0
-
-    def __get__(self, t: Tensor | None, owner: type | None = None) -> Any:
-        if t is None:
-            return self
-        try:
-            return t.__dict__["data"]
-        except KeyError:
-            raise AttributeError("data") from None
-
-    def __set__(self, t: Tensor, array: Any) -> None:
-        old = t.__dict__.get("data")
-        if old is array:
-            autograd.show_side_effect(f"a write to the .data of a tensor of shape {t.shape} (`p.data -= lr * "
-                                      "p.grad.data`? write optim.SGD(params, lr=lr).step(), which is replayed)")
-        elif old is not None:
-            autograd.show_side_effect(f"the .data of a tensor of shape {t.shape} was replaced (an EMA? "
-                                      "nn.init? load_state_dict?)")
-        t.__dict__["data"] = array
-
-    @classmethod
-    def watch(cls, on: bool) -> None:
-        """Install it on `Tensor` for the first recording on, remove it after the last (threads)."""
-        with cls.lock:
-            cls.recordings += 1 if on else -1
-            if cls.recordings == (1 if on else 0):
-                if on:
-                    Tensor.data = cls()
-                else:
-                    del Tensor.data
-
-
 class Recorder(Instrument):
     """The instrument that writes a `Tape` while the function runs eagerly (in its own thread)."""
 
@@ -162,6 +124,7 @@ class Recorder(Instrument):
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
+        self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
@@ -169,12 +132,40 @@ class Recorder(Instrument):
 
     def __enter__(self) -> "Recorder":
         super().__enter__()
-        _WatchedData.watch(True)
+        watch.start(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _WatchedData.watch(False)
+        watch.stop()
         super().__exit__(*exc)
+
+    # -- raw arrays read outside the engine (see watch.py) ----------------------------------------
+    def data_read(self, t: Tensor, array: Any, by_user: bool) -> None:
+        """A read of `t.data`: by code outside the engine, a copy of its values is kept; at any
+        read, values that changed since the copy was taken were written through the raw array."""
+        entry = self.raw.get(id(t))
+        if entry is not None:
+            self._check(entry)
+            entry[3] = not by_user
+        elif by_user and not self.walking and not isinstance(array, np.generic):  # a NumPy scalar is immutable
+            self.raw[id(t)] = [t, array, _values(t, array), False]
+
+    def _check(self, entry: list) -> None:
+        t, array, values, _ = entry
+        if _values(t, array) != values:
+            raise JitError(f"jit: the array of a tensor of shape {array.shape} was written in place through "
+                           "its .data (`p.data[...] = v`, `out=p.grad.data`?) while recording; a replay would "
+                           "not write it again. Use Tensor operations and an optimizer, or do it outside the "
+                           "jitted function")
+
+    def _engine_wrote(self) -> None:
+        """After a replayable call or a backward: a tensor the engine read last may have been
+        written by it (its copy is taken again); the others must still hold their values."""
+        for entry in self.raw.values():
+            if entry[3]:
+                entry[2] = _values(entry[0], entry[1])
+            else:
+                self._check(entry)
 
     def _new_slot(self, array: Any, name: str) -> int:
         slot = self.tape.n_slots
@@ -312,6 +303,7 @@ class Recorder(Instrument):
         """Now that the walk ran, mark the routes that need a broadcast sum (`sum_to`) and drop
         that check from the others: the shapes the backward returned are known."""
         self.walking -= 1
+        self._engine_wrote()
         step = self.tape.program[-1]
         for node in step.nodes:
             shapes = self.grad_shapes.get(node.index)
@@ -345,6 +337,7 @@ class Recorder(Instrument):
     def call(self, function, args, kwargs, result) -> None:
         if self.walking:
             return
+        self._engine_wrote()
         if any(isinstance(a, Iterator) for a in (*args, *kwargs.values())):
             raise JitError(f"jit: {function.__qualname__} got an iterator (a generator?), which a replay "
                            "would find used up; pass a list")
@@ -400,6 +393,8 @@ class Recorder(Instrument):
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
+        for entry in self.raw.values():
+            self._check(entry)
         tape = self.tape
         tape.output = self._output(result)
         tensors = [t for _, t in tape.captured]
@@ -488,6 +483,10 @@ def _dynamic_slots(op: Op) -> list[int]:
     for _, binding in op.dynamic or ():
         walk(binding)
     return out
+
+
+def _values(t: Tensor, array: Any) -> bytes:
+    return t.backend.to_host(array).tobytes()
 
 
 def _live_slots(value: Any) -> list[int]:
