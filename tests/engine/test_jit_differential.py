@@ -17,7 +17,7 @@ CI runs the "ci" profile of tests/conftest.py; a long search:
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import event, given
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import tinygrad_tx as tx
@@ -27,20 +27,25 @@ from tinygrad_tx.jit import JitError
 
 from .test_jit_limits import same
 
-NAMES = ("w", "w6", "w", "V", "f")  # collide with each other and with the generated code's own names
+# names that collide with each other, with the generated code's own names and with its renamings ("w" + a number)
+NAMES = ("w", "w5", "w6", "w", "w7", "w8", "w", "w9", "w10", "w_1", "V", "f")
 VECTOR, SCALAR, MASK = range(3)  # the three register files of a program
 
 
 # -- the vocabulary: one strategy per kind of statement ------------------------------------------
 
-index = st.integers(0, 7)  # taken modulo the register file's length when the statement runs
+index = st.integers(0, 11)  # taken modulo the register file's length when the statement runs
 STATEMENTS = st.one_of(
-    st.tuples(st.just("unary"), st.sampled_from(["tanh", "relu", "sigmoid", "neg", "abs"]), index),
+    st.tuples(st.just("unary"), st.sampled_from(["tanh", "relu", "sigmoid", "neg", "abs", "softmax", "detach",
+                                                 "retain_grad"]), index),
+    st.tuples(st.just("no_grad"), index),  # an op under tx.no_grad()
+    st.tuples(st.just("index"), index),  # v[:, [2, 0, 1]]
+    st.tuples(st.just("masked_fill"), index, index),
     st.tuples(st.just("binary"), st.sampled_from(["add", "sub", "mul"]), index, index),
     st.tuples(st.just("layer"), index, index),  # model.blocks[k](v)
     st.tuples(st.just("head"), index),
     st.tuples(st.just("dropout"), index),
-    st.tuples(st.just("named"), index, index),  # v * a tensor named "w", "w6", ...
+    st.tuples(st.just("named"), st.lists(index, min_size=1, max_size=4), index),  # v * tensors named "w", "w6", ...
     st.tuples(st.just("reduce"), st.sampled_from(["sum", "mean", "max"]), index),
     st.tuples(st.just("compare"), st.sampled_from([VECTOR, SCALAR]), index, st.sampled_from([-0.5, 0.0, 0.5])),
     st.tuples(st.just("or_true"), index),  # mask | True: a Python bool lifted beside the comparisons
@@ -65,6 +70,10 @@ CHANGES = st.one_of(
     st.tuples(st.just("mode"), st.booleans()),
     st.tuples(st.just("new_values"), index),
     st.tuples(st.just("batch"), st.sampled_from([1, 2, 3])),
+    st.tuples(st.just("grad_none"), index),  # p.grad = None between calls: allowed
+    st.just(("zero_grad",)),
+    st.just(("load_state_dict",)),
+    st.tuples(st.just("freeze"), index),  # requires_grad_(False)
 )
 
 
@@ -114,6 +123,14 @@ def change(world: World, what: tuple, rng: np.random.Generator) -> None:
     elif kind == "new_values":
         p = world.params()[what[1] % len(world.params())]
         p.data = rng.standard_normal(p.shape).astype(p.dtype)
+    elif kind == "grad_none":
+        world.params()[what[1] % len(world.params())].grad = None
+    elif kind == "zero_grad":
+        world.opt.zero_grad()
+    elif kind == "load_state_dict":
+        world.load_state_dict({k: v * 0.5 for k, v in world.state_dict().items()})
+    elif kind == "freeze":
+        world.params()[what[1] % len(world.params())].requires_grad_(False)
 
 
 def make_step(world: World, program: list[tuple]):
@@ -138,7 +155,19 @@ def run(world: World, s: tuple, regs: dict) -> None:
     params = world.params()
     if kind == "unary":
         v = pick(regs, VECTOR, s[2])
-        vec.append(-v if s[1] == "neg" else getattr(v, s[1])())
+        if s[1] == "retain_grad":
+            v.retain_grad()
+        else:
+            vec.append(-v if s[1] == "neg" else getattr(v, s[1])())
+    elif kind == "no_grad":
+        with tx.no_grad():
+            vec.append(pick(regs, VECTOR, s[1]) * 2.0)
+    elif kind == "index":
+        vec.append(pick(regs, VECTOR, s[1])[:, [2, 0, 1]])
+    elif kind == "masked_fill" and regs[MASK]:
+        m = pick(regs, MASK, s[1])
+        if m.ndim == 2:  # a (B, 3) mask: the 0-d ones would not fit masked_fill's shape rule
+            vec.append(pick(regs, VECTOR, s[2]).masked_fill(m, 0.0))
     elif kind == "binary":
         a, b = pick(regs, VECTOR, s[2]), pick(regs, VECTOR, s[3])
         vec.append(a + b if s[1] == "add" else a - b if s[1] == "sub" else a * b)
@@ -149,7 +178,10 @@ def run(world: World, s: tuple, regs: dict) -> None:
     elif kind == "dropout":
         vec.append(world.model.drop(pick(regs, VECTOR, s[1])))
     elif kind == "named":
-        vec.append(pick(regs, VECTOR, s[2]) * world.named[s[1] % len(world.named)])
+        v = pick(regs, VECTOR, s[2])
+        for k in s[1]:
+            v = v * world.named[k % len(world.named)]
+        vec.append(v)
     elif kind == "reduce":
         regs[SCALAR].append(getattr(pick(regs, VECTOR, s[2]), s[1])())
     elif kind == "compare" and regs[s[1]]:
@@ -221,11 +253,23 @@ def outcome(step, *args) -> tuple:
         return "error", type(e)
 
 
-@given(program=st.lists(STATEMENTS, min_size=1, max_size=14), changes=st.lists(CHANGES, min_size=2, max_size=4),
-       seed=st.integers(0, 2 ** 16), adam=st.booleans())
-def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam):
+CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)  # mostly no change
+
+
+@settings(max_examples=max(60, settings.default.max_examples))  # CI: 60; --hypothesis-profile large: more
+@given(program=st.lists(STATEMENTS, min_size=1, max_size=14), changes=CALLS, seed=st.integers(0, 2 ** 16),
+       adam=st.booleans(), verify=st.booleans())
+@example(program=[("named", [0, 4, 3], 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)  # item 5
+@example(program=[("reduce", "sum", 0), ("reduce", "sum", 1), ("compare", SCALAR, 0, 0.0), ("compare", SCALAR, 1, 0.0),
+                  ("where", 0, 0, 1), ("where", 1, 1, 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)
+@example(program=[("dropout", 0), ("layer", 0, 2)], changes=[("none",), ("none",), ("dropout_p", 0.0), ("none",)],
+         seed=0, adam=True, verify=False)  # item 4
+@example(program=[("reduce", "sum", 0), ("named", [0], 0), ("reduce", "mean", 2), ("backward", 1, False),
+                  ("write", "sgd", 5), ("write", "setitem", 0), ("call", "step")], changes=[("none",)] * 3,
+         seed=0, adam=False, verify=False)  # item 3
+def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
     eager_world, jit_world = World(seed, adam), World(seed, adam)
-    eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program))
+    eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)
     batch = 2
     for call, what in enumerate(changes):
         if what[0] == "batch":
