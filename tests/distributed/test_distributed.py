@@ -155,6 +155,21 @@ def test_data_parallel_under_jit_equals_eager_and_still_overlaps(device, tmp_pat
 
 
 @needs_mpi
+def test_collectives_inside_a_jitted_step_are_made_at_every_replay(device, tmp_path):
+    """dist.broadcast / all_reduce called in the step itself (issue 22, item 1): replays make them
+    again, so the ranks' weights stay equal and equal eager's bit for bit."""
+    done = run_worker("collectives_jit", device, tmp_path)
+    assert done.returncode == 0, done.stderr
+    ranks = results(tmp_path)
+    for got in ranks:
+        assert got["replays"] == 5
+        for name in (k[len("eager."):] for k in got if k.startswith("eager.")):
+            np.testing.assert_array_equal(got[f"jit.{name}"], got[f"eager.{name}"], err_msg=name)
+    for name in ranks[0]:
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)  # the ranks agree
+
+
+@needs_mpi
 @pytest.mark.parametrize("case, message", [
     ("fails", "ValueError: rank 1 fails on purpose"),
     ("hangs", "did not complete within 2 s"),

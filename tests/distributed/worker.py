@@ -111,6 +111,39 @@ def data_parallel_jit(device: str) -> dict:
     return out
 
 
+def collectives_jit(device: str) -> dict:
+    """Averaging gradients by hand inside a jitted step (no DataParallel), and a broadcast and a
+    sum of the loss: six steps eagerly and under tx.jit; replays must make the collectives again."""
+    out = {}
+    for mode in ("eager", "jit"):
+        tx.manual_seed(dist.rank())  # different initial weights per rank: the broadcast inside fixes them
+        model = Net().to(device)
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            for p in model.parameters():
+                dist.broadcast(p)
+            loss = ((model(x, use_extra=False) - y) ** 2).sum()
+            opt.zero_grad()
+            loss.backward()
+            for p in model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+            opt.step()
+            return dist.all_reduce(loss.reshape(1), op="sum")  # (1,): a 0-d result is a NumPy scalar (item 11)
+
+        run = tx.jit(step) if mode == "jit" else step
+        losses = []
+        for i in range(6):
+            x, y = data(i, 7)
+            losses.append(run(tx.Tensor(x[dist.rank()::2], device=device),
+                              tx.Tensor(y[dist.rank()::2], device=device)).numpy())
+        out.update({f"{mode}.{k}": p.numpy() for k, p in model.named_parameters()})
+        out[f"{mode}.losses"] = np.array(losses)
+    out["replays"] = np.array(run.replays)
+    return out
+
+
 def fails(device: str) -> dict:
     """Rank 1 raises after a first collective; rank 0 goes on to the next one."""
     dist.all_reduce(np.ones(2), op="sum")

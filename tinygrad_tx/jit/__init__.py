@@ -27,7 +27,9 @@ this file can replay:
   fan-out in the same order, summed back over broadcast axes), so no sort, no
   checks, no Tensors are left for the replay;
 - each call that changes state outside the graph (`call`: `optimizer.step()`,
-  `zero_grad()`, `clip_grad_norm`, `schedule.step()`): made again, as it was;
+  `zero_grad()`, `clip_grad_norm`, `schedule.step()`, `dist.all_reduce`,
+  `dist.broadcast`): made again, with this call's tensors where the recording
+  passed its own (an argument, a `.grad`, an op's result);
 - each read of a value on the host (`read`: `item()`, `numpy()`, printing): refused.
 
 A replay is then a straight-line program over a list of arrays: make each op's
@@ -53,12 +55,17 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
 - Changes made outside ops and replayable calls raise `JitError` (`autograd.show_side_effect`):
-  a hook registered on a leaf, an instrument turned on; and, found at the end of the
-  recording, `t.data = ...` (an EMA, `load_state_dict`, `.to()`) on an argument, a tensor an
-  op used, or a tensor of a module in reach or called. Host randomness (`nn.init`,
-  `tx.randn`) is refused as a read. `tx.manual_seed` and `backend.seed` are replayable
-  calls. In-place writes into a raw array (`np.clip(p.grad.data, ..., out=p.grad.data)`)
-  are not seen: they are not repeated.
+  a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
+  `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
+  place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
+  So are `p.grad = ...` by hand (`optimizer.zero_grad()` and `module.zero_grad()` are
+  replayed) and writes into a raw array got from `.data` (`p.data[...] = v`,
+  `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
+  Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
+  `backend.seed` are replayable calls; a collective given a raw array or a Python number
+  is refused.
+- Two ops that return one and the same object (NumPy's shared `np.True_` from two 0-d
+  comparisons) cannot be told apart by the record: using either is refused.
 - A recording is one thread's: what other threads do meanwhile stays out of it.
 - Arrays computed outside ops (raw NumPy/CuPy on `.data`, or `tx.Tensor(array)`
   made inside `fn`) are constants of the record; with `verify=True`, two
@@ -77,14 +84,19 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   called (through a helper function, say) is checked at each call against its mode
   when first called, and records anew when it changed. `train()`/`eval()` inside the function is replayed.
   Captured tensors are checked at each call: one that changed its shape, dtype,
-  device or `requires_grad` records anew. Not seen: a module attribute rebound to
-  another Tensor (load new values with `load_state_dict` or `.data`, or jit anew),
+  device or `requires_grad` records anew. Between two calls, what the function
+  reaches (closure cells, the globals it names, what a partial binds) and what every
+  module in reach or called holds (attributes, lists, tuples and dicts in them) are
+  compared by identity: `Dropout.p = 0.0`, `ModuleList.append`, a submodule or a
+  weight replaced, a global rebound drop every record, so the next call records
+  anew (what the function itself changes during a call is no change). Not seen:
+  a field of another object changed (a config object the function reads),
   a parameter passed as an argument while the function also uses it directly,
-  `p.grad = None` written by hand (`optimizer.zero_grad()` and `module.zero_grad()`
-  are replayed), objects made inside the function (an optimizer, a fresh leaf such
+  objects made inside the function (an optimizer, a fresh leaf such
   as `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
-  Python state the function reads or writes (globals, counters, a Python number
-  such as `clip_grad_norm`'s result used in an `if`): all fixed at the recording.
+  Python state the function writes or reads inside objects (counters, attributes
+  of non-module objects, a Python number such as `clip_grad_norm`'s result used in
+  an `if`): all fixed at the recording.
 - Checks of values run at every call, since the ops make them in `forward`
   (ids in range for embedding, cross-entropy and indexing); checks of shapes and
   dtypes, which the signature fixes, ran while recording only.
@@ -114,12 +126,14 @@ recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes th
 a record holds no activations between calls).
 
 Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
-record while the function runs eagerly; `tape.py` is the record itself and its replay;
+record while the function runs eagerly (`watch.py`: what it sees of `.data` and `.grad`);
+`tape.py` is the record itself and its replay;
 `codegen.py` writes a record as the Python function a replay runs.
 """
 from __future__ import annotations
 
 import functools
+import operator
 import types
 from collections import OrderedDict
 from typing import Any, Callable
@@ -150,7 +164,8 @@ class Jitted:
         self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
-        self._tensors: list[Tensor] = []  # and every tensor, its modules' too
+        self._watched: list[Module] = []  # those and every module a recording called, with submodules
+        self._after: list = []  # what the function reached and they held after the last call (`_contents`)
         self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
 
@@ -161,12 +176,21 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if autograd._observers and any(type(o) is Recorder for o in autograd._observers):
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
-        if self._modules is None:  # at the first call, not in jit(): globals defined after the decorator exist now
-            reach = _in_reach(self.fn)
-            self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
-            self._tensors = list({id(t): t for t in (  # watched for a replaced .data
-                *(t for t in reach if isinstance(t, Tensor)),
-                *(t for top in reach if isinstance(top, Module) for _, t in top.named_tensors()))}.values())
+        if self._modules is None or not _same(_contents(self.fn, self._watched), self._after):
+            self._find_modules()  # at the first call (globals defined after the decorator exist now), or
+            self.tapes.clear()  # something was rebound or replaced since the last: its records are stale
+        try:
+            return self._run(args, kwargs)
+        finally:
+            self._after = _contents(self.fn, self._watched)
+
+    def _find_modules(self) -> None:
+        reach = _in_reach(self.fn)
+        self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
+        self._watched = list(self._modules)
+
+    def _run(self, args: tuple, kwargs: dict) -> Any:
+        """Replay the record of these arguments' signature, or record one."""
         tensors: list[Tensor] = []
         key = self._key(args, kwargs, tensors)
         if key in self.refused:  # for good: a later pair of calls that happen to agree proves nothing
@@ -177,7 +201,7 @@ class Jitted:
             self.replays += 1
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
-        tape, result = record(self.fn, args, kwargs, tensors, self._tensors)
+        tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree
             try:
                 check_same(first, tape)
@@ -186,6 +210,9 @@ class Jitted:
                 self.refused[key] = error
                 raise
         tape.confirmed = first is not None or not self.verify
+        watched = {id(m): m for m in self._watched}
+        watched.update((id(sub), sub) for m in tape.modules for sub in m.modules())
+        self._watched = list(watched.values())
         self.tapes[key] = tape
         self.tapes.move_to_end(key)
         while len(self.tapes) > self.max_traces:
@@ -237,10 +264,15 @@ def _signature(value: Any, tensors: list) -> Any:
 
 
 def _in_reach(fn: Callable) -> list:
-    """What `fn` can reach without arguments: `fn` itself (`tx.jit(model)`), `self` of a method,
-    what a `functools.partial` binds, closure cells, globals it names, and what each of those holds
-    one level down (attributes, items of a list, tuple or dict). The modes of the modules among
-    them join the signature."""
+    """What `fn` can reach without arguments (`_roots`) and what each of those holds one level
+    down (attributes, items of a list, tuple or dict). The modes of the modules among them join
+    the signature."""
+    return list({id(v): v for obj in _roots(fn) for v in (obj, *_held_by(obj))}.values())
+
+
+def _roots(fn: Callable) -> list:
+    """`fn` itself (`tx.jit(model)`), `self` of a method, what a `functools.partial` binds,
+    closure cells and the globals it names."""
     found = [fn, getattr(fn, "__self__", None)]
     if isinstance(fn, functools.partial):
         found += [*fn.args, *fn.keywords.values(), fn.func, getattr(fn.func, "__self__", None)]
@@ -251,8 +283,7 @@ def _in_reach(fn: Callable) -> list:
         except ValueError:  # a cell not yet filled
             continue
     code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    found += [names[n] for n in (code.co_names if code else ()) if n in names]
-    return list({id(v): v for obj in found for v in (obj, *_held_by(obj))}.values())
+    return found + [names[n] for n in (code.co_names if code else ()) if n in names]
 
 
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
@@ -270,3 +301,41 @@ def _held_by(obj: Any) -> list:
     else:
         return []
     return [x for item in items for x in (item, *(_held_by(item) if isinstance(item, (list, tuple, dict)) else ()))]
+
+
+# -- changes between calls -------------------------------------------------------------------
+
+_END = object()  # closes a container's items in `_contents`
+
+
+def _contents(fn: Callable, modules: list[Module]) -> list:
+    """What `fn`'s roots are and what each module holds (attributes, and the items of their lists,
+    tuples and dicts all the way down), in order. The objects themselves, compared by identity
+    (`_same`) and kept alive meanwhile, so that no id is reused: `Dropout.p = 0.0`, a submodule
+    replaced, `ModuleList.append`, a global rebound each make another list. Taken after each call
+    and before the next, so what the function itself changes at each call is not a change. The
+    modules' train/eval modes are left out: the signature has them."""
+    out, seen = _roots(fn), set()
+
+    def add_items(container: Any) -> None:
+        if id(container) in seen:  # held twice (or holding itself): its items once
+            return
+        seen.add(id(container))
+        for value in (x for kv in container.items() for x in kv) if type(container) is dict else container:
+            out.append(value)
+            if type(value) in (list, tuple, dict):
+                add_items(value)
+        out.append(_END)
+
+    for m in modules:
+        out.append(m)
+        for name, value in vars(m).items():
+            if name != "training":
+                out += (name, value)
+                if type(value) in (list, tuple, dict):
+                    add_items(value)
+    return out
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from .. import autograd
 from ..autograd import _Sink, sum_to
+from ..tensor import Tensor
 
 
 _BUILDS = itertools.count()  # numbers each compiled function's file name
@@ -43,7 +44,8 @@ class _Writer:
         self.lines = [f"def {function}({parameters}):"]
         self.names: dict[int, str] = {}  # id of a constant -> its name in the scope
         self.forward_at: dict[int, Any] = {}  # line number -> the op whose forward that line runs
-        self.scope = {"Sink": _Sink, "sum_to": sum_to, "no_grad": autograd.no_grad, "walks": autograd._walks}
+        self.scope = {"Sink": _Sink, "sum_to": sum_to, "no_grad": autograd.no_grad, "walks": autograd._walks,
+                      "Wrap": Tensor._from_op}
 
     def __call__(self, line: str, depth: int = 1) -> None:
         self.lines.append("    " * depth + line)
@@ -52,8 +54,10 @@ class _Writer:
         """A name in the function's scope for a constant (op class, backend, params, tensor)."""
         key = id(obj)
         if key not in self.names:
-            name = hint if hint not in self.scope and hint not in _LOCALS else f"{hint}{len(self.scope)}"
-            name = name if name.isidentifier() and not keyword.iskeyword(name) else f"k{len(self.scope)}"
+            base = hint if hint.isidentifier() and not keyword.iskeyword(hint) and not hint.startswith("__") else "k"
+            name, n = base, 1
+            while name in self.scope or name in _LOCALS:  # a tensor named "w6" may already hold "w" + "6"
+                name, n = f"{base}_{n}", n + 1
             self.names[key], self.scope[name] = name, obj
         return self.names[key]
 
@@ -103,8 +107,7 @@ def write_replay(tape, keep: bool) -> _Writer:
         elif hasattr(step, "nodes"):  # a Backward (tape.py, which imports this module)
             _backward(w, step)
         else:
-            function = w.name(step.function, step.function.__name__)
-            w(f"R[{step.index}] = {function}(*{w.name(step.args, 'args')}, **{w.name(step.kwargs, 'kwargs')})")
+            _call(w, step, keep)
     w("return V, R, F")
     return w
 
@@ -134,6 +137,37 @@ def _forward(w: _Writer, op, keep: bool) -> None:
         w(f"f.needs_grad = {tuple(op.needs_grad)}; F[{op.index}] = f")
     if not keep and op.frees:
         w(" = ".join(f"V[{s}]" for s in op.frees) + " = None")
+
+
+def _call(w: _Writer, step, keep: bool) -> None:
+    """A replayable call (`R[0] = step(sgd)`), its arguments written one by one: this call's
+    tensors where the recording had its own (`all_reduce(Wrap(V[4], cpu), op='sum')`)."""
+    args = [_argument(w, v) for v in step.args]
+    args += [f"{k}={_argument(w, v)}" if k.isidentifier() else f"**{{{k!r}: {_argument(w, v)}}}"
+             for k, v in step.kwargs.items()]
+    w(f"R[{step.index}] = {w.name(step.function, step.function.__name__)}({', '.join(args)})")
+    if not keep and step.frees:
+        w(" = ".join(f"V[{s}]" for s in step.frees) + " = None")
+
+
+def _argument(w: _Writer, value: Any) -> str:
+    """The expression for one argument of a call: a `Live` tensor, a container holding one, a
+    literal, or a constant of the record by name."""
+    from .tape import Live  # tape.py imports this module
+
+    if type(value) is Live:
+        if value.kind == "arg":
+            return f"tensors[{value.ref}]"
+        if value.kind == "grad":
+            kind, owner = value.ref
+            return (f"tensors[{owner}]" if kind == "arg" else w.name(owner, "owner")) + ".grad"
+        return f"Wrap(V[{value.ref}], {w.name(value.backend, value.backend.name)})"
+    if type(value) in (list, tuple) and any(type(v) is Live for v in value):
+        items = "".join(_argument(w, v) + ", " for v in value)
+        return f"[{items}]" if type(value) is list else f"({items})"
+    if value is None or type(value) in (bool, int, str):
+        return repr(value)
+    return w.name(value, type(value).__name__.lower())
 
 
 def _backward(w: _Writer, step) -> None:

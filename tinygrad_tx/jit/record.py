@@ -17,7 +17,8 @@ from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
 from ..tensor import Tensor
-from .tape import Backward, Call, Node, Op, Tape
+from . import watch
+from .tape import Backward, Call, Live, Node, Op, Tape
 
 
 class JitError(RuntimeError):
@@ -69,10 +70,9 @@ def _same_value(a: Any, b: Any) -> bool:
 
 # -- recording -------------------------------------------------------------------------------
 
-def record(fn: Callable, args: tuple, kwargs: dict, tensors: list, reached: list[Tensor]) -> tuple[Tape, Any]:
-    """Run `fn` eagerly under a `Recorder` (`reached`: the tensors in reach, modules' included);
-    returns the record and `fn`'s result."""
-    recorder = Recorder(tensors, reached)
+def record(fn: Callable, args: tuple, kwargs: dict, tensors: list) -> tuple[Tape, Any]:
+    """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
+    recorder = Recorder(tensors)
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
@@ -107,7 +107,7 @@ def _this_thread(method: Callable) -> Callable:
 class Recorder(Instrument):
     """The instrument that writes a `Tape` while the function runs eagerly (in its own thread)."""
 
-    def __init__(self, tensors: list[Tensor], reached: list[Tensor]):
+    def __init__(self, tensors: list[Tensor]):
         self.tape = Tape()
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
@@ -124,12 +124,48 @@ class Recorder(Instrument):
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
-        self.arrays: dict[int, tuple[Tensor, Any]] = {}  # id(tensor) -> it and its array, to see it replaced
+        self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
+        self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
-        for t in (*tensors, *reached):
-            self.arrays.setdefault(id(t), (t, t.data))
+
+    def __enter__(self) -> "Recorder":
+        super().__enter__()
+        watch.start(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        watch.stop()
+        super().__exit__(*exc)
+
+    # -- raw arrays read outside the engine (see watch.py) ----------------------------------------
+    def data_read(self, t: Tensor, array: Any, by_user: bool) -> None:
+        """A read of `t.data`: by code outside the engine, a copy of its values is kept; at any
+        read, values that changed since the copy was taken were written through the raw array."""
+        entry = self.raw.get(id(t))
+        if entry is not None:
+            self._check(entry)
+            entry[3] = not by_user
+        elif by_user and not self.walking and not isinstance(array, np.generic):  # a NumPy scalar is immutable
+            self.raw[id(t)] = [t, array, _values(t, array), False]
+
+    def _check(self, entry: list) -> None:
+        t, array, values, _ = entry
+        if _values(t, array) != values:
+            raise JitError(f"jit: the array of a tensor of shape {array.shape} was written in place through "
+                           "its .data (`p.data[...] = v`, `out=p.grad.data`?) while recording; a replay would "
+                           "not write it again. Use Tensor operations and an optimizer, or do it outside the "
+                           "jitted function")
+
+    def _engine_wrote(self) -> None:
+        """After a replayable call or a backward: a tensor the engine read last may have been
+        written by it (its copy is taken again); the others must still hold their values."""
+        for entry in self.raw.values():
+            if entry[3]:
+                entry[2] = _values(entry[0], entry[1])
+            else:
+                self._check(entry)
 
     def _new_slot(self, array: Any, name: str) -> int:
         slot = self.tape.n_slots
@@ -140,14 +176,22 @@ class Recorder(Instrument):
         self.alive.append(array)
         return slot
 
+    def _slot(self, array: Any) -> int | None:
+        """The slot holding `array` (None: no op or argument made it); refused when two ops returned
+        this very object (NumPy's shared `np.True_`), as the record could then bind the wrong one."""
+        if id(array) in self.shared:
+            raise JitError(f"jit: two ops returned one and the same object ({array!r}; NumPy shares np.True_ "
+                           "and np.False_), so the record cannot tell their results apart. Keep a dimension "
+                           "(x.sum(keepdims=True) > 0) so that each result is an array of its own")
+        return self.slot_of.get(id(array))
+
     def _source(self, t: Tensor) -> int:
-        slot = self.slot_of.get(id(t.data))
+        slot = self._slot(t.data)
         if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
             if self._grad_owner(t) is not None:
                 self.read(t, "used in an op as a gradient (.grad)")
             slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
             self.tape.captured.append((slot, t))
-            self.arrays.setdefault(id(t), (t, t.data))
             self.captured_slots.add(slot)
             self.alive.append(t)
         return slot
@@ -159,7 +203,7 @@ class Recorder(Instrument):
             if all(b is None for b in items):
                 return None
             return ("tuple", tuple(("const", v) if b is None else b for v, b in zip(value, items)))
-        slot = self.slot_of.get(id(value)) if hasattr(value, "shape") else None
+        slot = self._slot(value) if hasattr(value, "shape") else None
         return None if slot is None else ("slot", slot)
 
     def _target(self, t: Tensor) -> tuple | None:
@@ -184,6 +228,27 @@ class Recorder(Instrument):
             self.alive.append(t)
         return (False, leaf)
 
+    def _live(self, value: Any, where: str) -> Any:
+        """A call's argument as a replay must pass it: one of this call's tensors (an argument, a
+        `.grad`, an op's result) as a `Live`, inside lists and tuples too; other objects as they are."""
+        if isinstance(value, Tensor):
+            if id(value) in self.arg_number:
+                return Live("arg", self.arg_number[id(value)])
+            owner = self._grad_owner(value)
+            if owner is not None:
+                return Live("grad", owner)
+            slot = self._slot(value.data)
+            if slot is not None and not any(t is value for _, t in self.tape.captured):
+                return Live("slot", slot, value.backend)
+            return value  # a parameter: the same tensor at every call
+        if type(value) in (list, tuple):
+            items = [self._live(v, where) for v in value]
+            return type(value)(items) if any(type(v) is Live for v in items) else value
+        if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+            raise JitError(f"jit: {where} got a raw array (.data?), which a replay would pass again as it "
+                           "was while recording; pass the Tensor")
+        return value
+
     # -- what the engine shows -----------------------------------------------------------------
     @_this_thread
     def op(self, fn, inputs, params, output, recorded) -> None:
@@ -196,6 +261,8 @@ class Recorder(Instrument):
                            "mask or use where() instead")
         dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
         index = len(self.tape.ops)
+        if isinstance(output, np.bool_) or id(output) in self.slot_of and not any(output is t.data for t in inputs):
+            self.shared.add(id(output))  # NumPy's np.True_, or an array another op made: not told apart by id
         targets = tuple(self._target(t) for t in inputs) if recorded else None
         needs_grad = [t.requires_grad for t in inputs] if recorded else None
         out = self._new_slot(output, f"s{index}")
@@ -213,7 +280,7 @@ class Recorder(Instrument):
         if create_graph or inputs is not None:
             raise JitError("jit: create_graph=True and tx.grad are not supported inside a jitted function")
         self.walking += 1
-        slot = self.slot_of.get(id(grad.data))
+        slot = self._slot(grad.data)
         seed = ("slot", slot) if slot is not None else ("const", grad.data.copy())
         if root.grad_fn is None:
             step = Backward(None, self._target(root)[1], seed, [], root.backend, retain_graph)
@@ -236,6 +303,7 @@ class Recorder(Instrument):
         """Now that the walk ran, mark the routes that need a broadcast sum (`sum_to`) and drop
         that check from the others: the shapes the backward returned are known."""
         self.walking -= 1
+        self._engine_wrote()
         step = self.tape.program[-1]
         for node in step.nodes:
             shapes = self.grad_shapes.get(node.index)
@@ -269,11 +337,14 @@ class Recorder(Instrument):
     def call(self, function, args, kwargs, result) -> None:
         if self.walking:
             return
+        self._engine_wrote()
         if any(isinstance(a, Iterator) for a in (*args, *kwargs.values())):
             raise JitError(f"jit: {function.__qualname__} got an iterator (a generator?), which a replay "
                            "would find used up; pass a list")
         if function is Module.train.__wrapped__:  # the mode of these is the function's doing from here
             self.mode_set.update(id(m) for m in args[0].modules())
+        where = function.__qualname__
+        args, kwargs = self._live(args, where), {k: self._live(v, where) for k, v in kwargs.items()}
         self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
         self.call_of[id(result)] = self.tape.calls
         self.alive.append(result)
@@ -290,8 +361,6 @@ class Recorder(Instrument):
                            "Remove the hooks, or run this function without tx.jit")
         if id(module) not in self.modules:
             self.modules[id(module)] = (module, None if id(module) in self.mode_set else module.training)
-            for _, t in module.named_tensors():
-                self.arrays.setdefault(id(t), (t, t.data))
 
     @_this_thread
     def side_effect(self, how: str) -> None:
@@ -324,10 +393,8 @@ class Recorder(Instrument):
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
-        for t, array in self.arrays.values():
-            if t.data is not array:
-                self.side_effect(f"the .data of a tensor of shape {t.shape} was replaced (an EMA? nn.init? "
-                                 "load_state_dict?)")
+        for entry in self.raw.values():
+            self._check(entry)
         tape = self.tape
         tape.output = self._output(result)
         tensors = [t for _, t in tape.captured]
@@ -346,7 +413,7 @@ class Recorder(Instrument):
             owner = self._grad_owner(value)
             if owner is not None:
                 return ("grad", owner)  # that tensor's .grad as the replay leaves it, as eager's
-            slot = self.slot_of.get(id(value.data))
+            slot = self._slot(value.data)
             if slot is None:
                 raise JitError(f"jit: the function returned a tensor of shape {value.shape} made outside ops "
                                "(a Tensor built from an array or a number?), which a replay would not make "
@@ -384,6 +451,9 @@ class Recorder(Instrument):
                 for op in step:
                     for slot in (*op.ins, *_dynamic_slots(op)):
                         last[slot] = op
+            elif type(step) is Call:
+                for slot in _live_slots((step.args, tuple(step.kwargs.values()))):
+                    last[slot] = step
             elif type(step) is Backward:
                 if step.seed[0] == "slot":
                     last[step.seed[1]] = step
@@ -413,6 +483,19 @@ def _dynamic_slots(op: Op) -> list[int]:
     for _, binding in op.dynamic or ():
         walk(binding)
     return out
+
+
+def _values(t: Tensor, array: Any) -> bytes:
+    return t.backend.to_host(array).tobytes()
+
+
+def _live_slots(value: Any) -> list[int]:
+    """The slots a call's arguments pass (`Live` op results, inside tuples and lists too)."""
+    if type(value) is Live:
+        return [value.ref] if value.kind == "slot" else []
+    if type(value) in (list, tuple):
+        return [s for v in value for s in _live_slots(v)]
+    return []
 
 
 def _slots_in(spec: tuple) -> list[int]:

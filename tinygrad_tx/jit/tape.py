@@ -53,10 +53,23 @@ class Backward:
 
 
 class Call:
-    """A state change outside the graph, made again at each replay (`optimizer.step()`)."""
+    """A state change outside the graph, made again at each replay (`optimizer.step()`,
+    `dist.all_reduce(loss)`); an argument that is one of this call's tensors is a `Live`."""
 
     def __init__(self, index, function, args, kwargs):
         self.index, self.function, self.args, self.kwargs = index, function, args, kwargs
+        self.frees: tuple = ()  # slots whose last use is this call
+
+
+class Live:
+    """A call's argument that a replay takes from its own call, not from the recording: an
+    argument of the function ("arg", number), the `.grad` of one or of a captured tensor
+    ("grad", (kind, owner)), or an op's result ("slot", k), given as a Tensor on `backend`."""
+
+    __slots__ = ("kind", "ref", "backend")
+
+    def __init__(self, kind, ref, backend=None):
+        self.kind, self.ref, self.backend = kind, ref, backend
 
 
 class Tape:

@@ -1,0 +1,295 @@
+"""tx.jit's promise as a class, not case by case: a replay equals eager execution bit for bit,
+or the jit refuses with a JitError; never a third outcome.
+
+Hypothesis writes step functions from a vocabulary of what users write in training steps
+(ops, layers and dropout, 0-d comparisons and `where`, Python bools, backward, optimizer and
+schedule calls, gradient clipping, collectives of a job of one, writes to `.data`, reads on
+the host, `train()`/`eval()` and seeds inside, tensors whose names collide) and changes
+made between calls (dropout's p, a layer appended or replaced, a tensor rebound, the learning
+rate, the mode, new parameter values, another batch size). Each program runs in two worlds
+built alike, one eagerly and one under tx.jit, on the same fresh inputs at every call; after
+each call the results, every parameter and every gradient must be equal byte for byte. An
+error eager raises must be raised by the jit too (or the jit refuses first).
+
+CI runs the "ci" profile of tests/conftest.py; a long search:
+    pytest tests/engine/test_jit_differential.py --hypothesis-profile large --hypothesis-show-statistics
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import event, example, given, settings
+from hypothesis import strategies as st
+
+import tinygrad_tx as tx
+import tinygrad_tx.distributed as dist
+from tinygrad_tx import nn, optim
+from tinygrad_tx.jit import JitError
+
+from .test_jit_limits import same
+
+# names that collide with each other, with the generated code's own names and with its renamings ("w" + a number)
+NAMES = ("w", "w5", "w6", "w", "w7", "w8", "w", "w9", "w10", "w_1", "V", "f")
+VECTOR, SCALAR, MASK = range(3)  # the three register files of a program
+
+
+# -- the vocabulary: one strategy per kind of statement ------------------------------------------
+
+index = st.integers(0, 11)  # taken modulo the register file's length when the statement runs
+STATEMENTS = st.one_of(
+    st.tuples(st.just("unary"), st.sampled_from(["tanh", "relu", "sigmoid", "neg", "abs", "softmax", "detach",
+                                                 "retain_grad"]), index),
+    st.tuples(st.just("no_grad"), index),  # an op under tx.no_grad()
+    st.tuples(st.just("index"), index),  # v[:, [2, 0, 1]]
+    st.tuples(st.just("masked_fill"), index, index),
+    st.tuples(st.just("binary"), st.sampled_from(["add", "sub", "mul"]), index, index),
+    st.tuples(st.just("layer"), index, index),  # model.blocks[k](v)
+    st.tuples(st.just("head"), index),
+    st.tuples(st.just("dropout"), index),
+    st.tuples(st.just("named"), st.lists(index, min_size=1, max_size=4), index),  # v * tensors named "w", "w6", ...
+    st.tuples(st.just("reduce"), st.sampled_from(["sum", "mean", "max"]), index),
+    st.tuples(st.just("compare"), st.sampled_from([VECTOR, SCALAR]), index, st.sampled_from([-0.5, 0.0, 0.5])),
+    st.tuples(st.just("or_true"), index),  # mask | True: a Python bool lifted beside the comparisons
+    st.tuples(st.just("where"), index, index, index),
+    st.tuples(st.just("backward"), index, st.booleans()),  # retain_graph
+    st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad"])),
+    st.tuples(st.just("collective"), st.sampled_from(["all_reduce", "all_reduce_sum", "broadcast"]),
+              st.sampled_from(["vector", "param", "grad"]), index),
+    st.tuples(st.just("write"), st.sampled_from(["sgd", "scale", "replace", "grad_scale", "vector", "setitem",
+                                                 "out", "grad_none"]), index),
+    st.tuples(st.just("read"), st.sampled_from(["item", "if", "numpy"]), index),
+    st.tuples(st.just("mode"), st.booleans()),
+    st.tuples(st.just("seed"), st.integers(0, 3)),
+)
+CHANGES = st.one_of(
+    st.just(("none",)),
+    st.tuples(st.just("dropout_p"), st.sampled_from([0.0, 0.25, 0.5])),
+    st.just(("append_block",)),
+    st.just(("replace_head",)),
+    st.tuples(st.just("rebind_named"), index),
+    st.tuples(st.just("lr"), st.sampled_from([0.0, 0.05, 0.2])),
+    st.tuples(st.just("mode"), st.booleans()),
+    st.tuples(st.just("new_values"), index),
+    st.tuples(st.just("batch"), st.sampled_from([1, 2, 3])),
+    st.tuples(st.just("grad_none"), index),  # p.grad = None between calls: allowed
+    st.just(("zero_grad",)),
+    st.just(("load_state_dict",)),
+    st.tuples(st.just("freeze"), index),  # requires_grad_(False)
+)
+
+
+# -- the two worlds ------------------------------------------------------------------------------
+
+class Model(nn.Module):
+    def __init__(self):
+        self.blocks = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+        self.drop = nn.Dropout(0.5)
+        self.head = nn.Linear(3, 3)
+
+
+class World(nn.Module):
+    """Everything a step reaches: a model, tensors with colliding names, an optimizer, a schedule."""
+
+    def __init__(self, seed: int, adam: bool):
+        tx.manual_seed(seed)  # the same initial values in both worlds
+        self.model = Model()
+        rng = np.random.default_rng(seed)
+        self.named = [tx.Tensor(rng.standard_normal(3).astype(np.float32), requires_grad=i % 2 == 0, name=n)
+                      for i, n in enumerate(NAMES)]
+        params = self.model.parameters() + [t for t in self.named if t.requires_grad]
+        self.opt = optim.Adam(params, lr=0.01) if adam else optim.SGD(params, lr=0.1, momentum=0.5)
+        self.sched = tx.schedules.LambdaLR(self.opt, lambda step: 1.0 / step)
+
+    def params(self) -> list[tx.Tensor]:
+        return [t for _, t in self.named_tensors()]
+
+
+def change(world: World, what: tuple, rng: np.random.Generator) -> None:
+    """A change made between two calls (the same in both worlds)."""
+    kind = what[0]
+    tx.manual_seed(int(rng.integers(2 ** 16)))  # a new layer's initial values: the same in both worlds
+    if kind == "dropout_p":
+        world.model.drop.p = what[1]
+    elif kind == "append_block":
+        world.model.blocks.append(nn.Linear(3, 3))
+    elif kind == "replace_head":
+        world.model.head = nn.Linear(3, 3)
+    elif kind == "rebind_named":
+        k = what[1] % len(world.named)
+        world.named[k] = tx.Tensor(rng.standard_normal(3).astype(np.float32), name=NAMES[k])
+    elif kind == "lr":
+        world.opt.lr = what[1]
+    elif kind == "mode":
+        world.model.train(what[1])
+    elif kind == "new_values":
+        p = world.params()[what[1] % len(world.params())]
+        p.data = rng.standard_normal(p.shape).astype(p.dtype)
+    elif kind == "grad_none":
+        world.params()[what[1] % len(world.params())].grad = None
+    elif kind == "zero_grad":
+        world.opt.zero_grad()
+    elif kind == "load_state_dict":
+        world.load_state_dict({k: v * 0.5 for k, v in world.state_dict().items()})
+    elif kind == "freeze":
+        world.params()[what[1] % len(world.params())].requires_grad_(False)
+
+
+def make_step(world: World, program: list[tuple]):
+    """The step function a user would have written for `program` (its Python depends on the
+    program and on shapes and graph structure only, never on tensor values)."""
+
+    def step(x, y):
+        regs = {VECTOR: [x, y], SCALAR: [], MASK: []}
+        for statement in program:
+            run(world, statement, regs)
+        return tuple(r[-1] for r in regs.values() if r)
+
+    return step
+
+
+def pick(regs: dict, kind: int, i: int) -> tx.Tensor | None:
+    return regs[kind][i % len(regs[kind])] if regs[kind] else None
+
+
+def run(world: World, s: tuple, regs: dict) -> None:
+    kind, vec = s[0], regs[VECTOR]
+    params = world.params()
+    if kind == "unary":
+        v = pick(regs, VECTOR, s[2])
+        if s[1] == "retain_grad":
+            v.retain_grad()
+        else:
+            vec.append(-v if s[1] == "neg" else getattr(v, s[1])())
+    elif kind == "no_grad":
+        with tx.no_grad():
+            vec.append(pick(regs, VECTOR, s[1]) * 2.0)
+    elif kind == "index":
+        vec.append(pick(regs, VECTOR, s[1])[:, [2, 0, 1]])
+    elif kind == "masked_fill" and regs[MASK]:
+        m = pick(regs, MASK, s[1])
+        if m.ndim == 2:  # a (B, 3) mask: the 0-d ones would not fit masked_fill's shape rule
+            vec.append(pick(regs, VECTOR, s[2]).masked_fill(m, 0.0))
+    elif kind == "binary":
+        a, b = pick(regs, VECTOR, s[2]), pick(regs, VECTOR, s[3])
+        vec.append(a + b if s[1] == "add" else a - b if s[1] == "sub" else a * b)
+    elif kind == "layer":
+        vec.append(world.model.blocks[s[1] % len(world.model.blocks)](pick(regs, VECTOR, s[2])))
+    elif kind == "head":
+        vec.append(world.model.head(pick(regs, VECTOR, s[1])))
+    elif kind == "dropout":
+        vec.append(world.model.drop(pick(regs, VECTOR, s[1])))
+    elif kind == "named":
+        v = pick(regs, VECTOR, s[2])
+        for k in s[1]:
+            v = v * world.named[k % len(world.named)]
+        vec.append(v)
+    elif kind == "reduce":
+        regs[SCALAR].append(getattr(pick(regs, VECTOR, s[2]), s[1])())
+    elif kind == "compare" and regs[s[1]]:
+        t = pick(regs, s[1], s[2])
+        regs[MASK].append(t > s[3])
+    elif kind == "or_true" and regs[MASK]:
+        regs[MASK].append(pick(regs, MASK, s[1]) | True)
+    elif kind == "where" and regs[MASK]:
+        vec.append(tx.where(pick(regs, MASK, s[1]), pick(regs, VECTOR, s[2]), pick(regs, VECTOR, s[3])))
+    elif kind == "backward" and regs[SCALAR]:
+        loss = pick(regs, SCALAR, s[1])
+        if loss.requires_grad:  # the graph's structure, the same at every call
+            loss.backward(retain_graph=s[2])
+    elif kind == "call":
+        {"zero_grad": world.opt.zero_grad, "step": world.opt.step, "schedule": world.sched.step,
+         "clip": lambda: optim.clip_grad_norm(params, 0.5), "model.zero_grad": world.zero_grad}[s[1]]()
+    elif kind == "collective":
+        p = params[s[3] % len(params)]
+        t = {"vector": pick(regs, VECTOR, s[3]), "param": p, "grad": p.grad}[s[2]]
+        if s[1] == "broadcast":
+            dist.broadcast(t)
+        else:
+            dist.all_reduce(t, op="sum" if s[1] == "all_reduce_sum" else "mean")
+    elif kind == "write":
+        p = params[s[2] % len(params)]
+        if s[1] == "sgd":
+            p.data -= 0.1 * p.grad.data
+        elif s[1] == "scale":
+            p.data *= 0.5
+        elif s[1] == "replace":
+            p.data = p.data * 0.5
+        elif s[1] == "grad_scale":
+            p.grad.data *= 0.5
+        elif s[1] == "setitem":
+            p.data[...] = p.data * 0.5
+        elif s[1] == "out":
+            np.multiply(p.grad.data, 0.5, out=p.grad.data)
+        elif s[1] == "grad_none":
+            p.grad = None
+        else:
+            pick(regs, VECTOR, s[2]).data += 1.0
+    elif kind == "read" and regs[SCALAR]:
+        t = pick(regs, SCALAR, s[2])
+        if s[1] == "item":
+            vec.append(vec[-1] * t.item())
+        elif s[1] == "if":
+            vec.append(vec[-1] * 2.0 if t else vec[-1])
+        else:
+            vec.append(vec[-1] + float(t.numpy()))
+    elif kind == "mode":
+        world.model.train(s[1])
+    elif kind == "seed":
+        tx.manual_seed(s[1])
+
+
+# -- comparing -----------------------------------------------------------------------------------
+
+def state(world: World) -> list:
+    """Every tensor's values and gradient (None or values), in order."""
+    return [(p.data.tobytes(), None if p.grad is None else p.grad.numpy().tobytes()) for p in world.params()]
+
+
+def outcome(step, *args) -> tuple:
+    try:
+        return "ok", step(*args)
+    except JitError as e:
+        return "refused", e
+    except Exception as e:  # noqa: BLE001 - an error eager raises is part of what must be matched
+        return "error", type(e)
+
+
+CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)  # mostly no change
+
+
+@settings(max_examples=max(60, settings.default.max_examples))  # CI: 60; --hypothesis-profile large: more
+@given(program=st.lists(STATEMENTS, min_size=1, max_size=14), changes=CALLS, seed=st.integers(0, 2 ** 16),
+       adam=st.booleans(), verify=st.booleans())
+@example(program=[("named", [0, 4, 3], 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)  # item 5
+@example(program=[("reduce", "sum", 0), ("reduce", "sum", 1), ("compare", SCALAR, 0, 0.0), ("compare", SCALAR, 1, 0.0),
+                  ("where", 0, 0, 1), ("where", 1, 1, 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)
+@example(program=[("dropout", 0), ("layer", 0, 2)], changes=[("none",), ("none",), ("dropout_p", 0.0), ("none",)],
+         seed=0, adam=True, verify=False)  # item 4
+@example(program=[("reduce", "sum", 0), ("named", [0], 0), ("reduce", "mean", 2), ("backward", 1, False),
+                  ("write", "sgd", 5), ("write", "setitem", 0), ("call", "step")], changes=[("none",)] * 3,
+         seed=0, adam=False, verify=False)  # item 3
+def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
+    eager_world, jit_world = World(seed, adam), World(seed, adam)
+    eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)
+    batch = 2
+    for call, what in enumerate(changes):
+        if what[0] == "batch":
+            batch = what[1]
+        for world in (eager_world, jit_world):
+            change(world, what, np.random.default_rng(seed + call))
+        rng = np.random.default_rng([seed, call])
+        x, y = (rng.standard_normal((batch, 3)).astype(np.float32) for _ in range(2))
+        tx.manual_seed(call)
+        want = outcome(eager, tx.Tensor(x), tx.Tensor(y))
+        tx.manual_seed(call)
+        got = outcome(jitted, tx.Tensor(x), tx.Tensor(y))
+        if got[0] == "refused":
+            event(f"refused: {str(got[1]).split(';')[0][:70]}")
+            return  # the promise's other half; the worlds part ways here
+        assert got[0] == want[0], f"call {call}: eager gave {want}, the jit {got}"
+        if want[0] == "error":
+            assert got[1] is want[1], f"call {call}: eager raised {want[1]}, the jit {got[1]}"
+            event(f"both raised {want[1].__name__}")
+            return
+        assert same(got[1], want[1]), f"call {call}: the results differ"
+        assert state(jit_world) == state(eager_world), f"call {call}: parameters or gradients differ"
+    event(f"equal over {len(changes)} calls, {jitted.replays} replayed")

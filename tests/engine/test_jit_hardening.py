@@ -1,0 +1,313 @@
+"""tx.jit against issue 22's five defects (items 1-5): each case runs a function eagerly and
+jitted on the same calls and checks that every replay equals eager bit for bit, or that the
+jit refuses with a JitError. Each test failed before its fix.
+"""
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+from tinygrad_tx.jit import JitError
+
+
+def vec(*values, name=None) -> tx.Tensor:
+    return tx.Tensor(np.array(values, dtype=np.float32), name=name)
+
+
+@pytest.mark.parametrize("names", [("w", "w6", "w"), ("w", "w_1", "w"), ("V", "f", "Sink"),
+                                   ("None", "class", "__builtins__"), ("t0", "t0", "t0")])
+def test_tensors_whose_names_collide_are_each_bound_to_themselves(names):
+    # item 5: "w", "w6", "w" gave eager 111 and every replay 201 (the third "w" became "w6")
+    a, b, c = (vec(v, name=n) for v, n in zip((1.0, 10.0, 100.0), names))
+
+    def f(x):
+        return x + a + b + c
+
+    jitted = tx.jit(f)
+    for start in (0.0, 1000.0, 2000.0):
+        assert jitted(vec(start)).numpy().tolist() == [start + 111.0]
+    assert jitted.replays == 2
+
+
+def test_two_zero_d_comparisons_are_not_mixed_up():
+    # item 2: recorded with x=[1,2], y=[3,4], called with x=[-1,-2]: eager [4, 6], replay [2, 2]
+    # (both comparisons gave NumPy's one np.True_, and the record told arrays apart by id)
+    def f(x, y):
+        a = x.sum() > 0
+        b = y.sum() > 0
+        return tx.where(a, x, y) + tx.where(b, y, x)
+
+    jitted = tx.jit(f)
+    for x, y in ((vec(1, 2), vec(3, 4)), (vec(-1, -2), vec(3, 4)), (vec(1, 2), vec(-3, -4))):
+        try:
+            got = jitted(x, y)
+        except JitError as e:
+            assert "cannot tell their results apart" in str(e)
+            continue
+        assert got.numpy().tobytes() == f(x, y).numpy().tobytes()
+
+
+def test_a_zero_d_comparison_beside_a_python_bool_is_not_mixed_up():
+    def f(x, y):
+        a = x.sum() > 0
+        return tx.where(a | True, x, y)  # the lifted True is NumPy's np.True_ too
+
+    jitted = tx.jit(f)
+    for x, y in ((vec(1, 2), vec(3, 4)), (vec(-1, -2), vec(3, 4)), (vec(1, 2), vec(-3, -4))):
+        try:
+            got = jitted(x, y)
+        except JitError:
+            continue
+        assert got.numpy().tobytes() == f(x, y).numpy().tobytes()
+
+
+def test_textbook_sgd_through_data_is_refused_with_what_to_write_instead():
+    # item 3: `p.data -= lr * p.grad.data` ran only while recording; replays never updated the weights
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+
+    def step(x):
+        loss = (p * x).sum()
+        loss.backward()
+        p.data -= 0.1 * p.grad.data
+        return loss
+
+    with pytest.raises(JitError, match=r"optim\.SGD"):
+        tx.jit(step)(vec(1.0, 1.0))
+
+
+@pytest.mark.parametrize("write", [
+    lambda p, g: setattr(p.grad, "data", p.grad.data * 0.5),  # a gradient scaled by hand
+    lambda p, g: setattr(p, "data", p.data - 0.1 * p.grad.data),  # SGD writing a new array
+    lambda p, g: setattr(g, "data", g.data + 1),  # an intermediate result changed after it was made
+])
+def test_every_write_to_data_inside_a_jitted_step_is_refused(write):
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x):
+        y = p * x
+        loss = y.sum()
+        opt.zero_grad()
+        loss.backward()
+        write(p, y)
+        opt.step()
+        return loss
+
+    with pytest.raises(JitError, match=r"\.data"):
+        tx.jit(step)(vec(1.0, 1.0))
+    assert "data" not in vars(tx.Tensor)  # the watch on .data ends with the recording
+
+
+@pytest.mark.parametrize("write", [
+    lambda p: p.data.__setitem__(Ellipsis, p.data * 0.5),  # p.data[...] = p.data * 0.5
+    lambda p: np.multiply(p.grad.data, 0.5, out=p.grad.data),  # gradient scaled in place
+    lambda p: np.clip(p.data, -0.5, 0.5, out=p.data),
+    lambda p: setattr(p, "grad", None),  # zero_grad by hand
+])
+def test_writes_that_assign_no_data_are_refused_too(write):
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x):
+        loss = (p * x).sum()
+        loss.backward()
+        write(p)
+        opt.step()
+        return loss
+
+    with pytest.raises(JitError, match=r"in place|\.grad = "):
+        tx.jit(step)(vec(1.0, 1.0))
+    assert tx.Tensor.grad is None  # the class default again once the recording ends
+
+
+def test_sgd_with_an_optimizer_still_replays_and_data_reads_are_free():
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x):
+        loss = (p * x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss, p.data.shape
+
+    jitted = tx.jit(step)
+    losses = [jitted(vec(1.0, 1.0))[0].item() for _ in range(3)]
+    assert losses == pytest.approx([3.0, 2.8, 2.6]) and jitted.replays == 2
+
+
+class _JobOfTwo:
+    """A stand-in for the process group of a job of two whose other rank holds what this one
+    holds (so a sum doubles) and whose rank 1 broadcasts sevens; it notes each collective."""
+
+    size = 2
+
+    def __init__(self):
+        self.seen = []
+
+    def communicator(self, backend):
+        return self
+
+    def all_reduce(self, array, backend):
+        self.seen.append(("all_reduce", array.tolist()))
+        array *= 2
+        return self
+
+    def broadcast(self, array, backend, root):
+        self.seen.append(("broadcast", root, array.tolist()))
+        array[...] = 7
+        return self
+
+    def wait(self):
+        pass
+
+
+def test_collectives_inside_are_made_again_at_each_replay_on_that_calls_tensors(monkeypatch):
+    # item 1: dist.all_reduce / broadcast ran only while recording; replays skipped them, and the
+    # ranks' weights drifted apart
+    import tinygrad_tx.distributed as dist
+    from tinygrad_tx.distributed import collectives
+
+    job = _JobOfTwo()
+    monkeypatch.setattr(collectives, "group", lambda: job)
+    p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = tx.optim.SGD([p], lr=0.1)
+
+    def step(x, y):
+        loss = (p * x).sum()
+        opt.zero_grad()
+        loss.backward()
+        dist.all_reduce(p.grad)  # the gradient of this call (a mean: doubled, then halved)
+        dist.all_reduce(p.grad, op="sum")
+        dist.broadcast(y, root=1)  # an argument of this call
+        z = dist.all_reduce(x * 3, op="sum")  # an op's result, reduced in place, then used
+        opt.step()
+        return loss + z.sum() + y.sum()
+
+    def run(f):
+        p.data[...] = [1.0, 2.0]
+        job.seen.clear()
+        out = [f(vec(1.0, float(i)), vec(5.0, 6.0)).numpy().tobytes() for i in range(3)]
+        return out, list(job.seen), p.numpy().tobytes()
+
+    jitted = tx.jit(step)
+    assert run(jitted) == run(step)
+    assert jitted.replays == 2 and len(job.seen) == 12
+
+
+def test_collectives_of_one_process_replay_as_the_identity():
+    import tinygrad_tx.distributed as dist
+
+    w = tx.Tensor(np.array([1.0, -2.0], np.float32), requires_grad=True)
+
+    def step(x):
+        y = dist.all_reduce(x * w)
+        dist.broadcast(w)
+        return dist.all_reduce(y.sum(), op="sum")
+
+    jitted = tx.jit(step)
+    for i in range(3):
+        x = vec(float(i), 3.0)
+        assert jitted(x).numpy().tobytes() == step(x).numpy().tobytes()
+    assert jitted.replays == 2
+    assert "all_reduce(Wrap(V[" in jitted.tape(x).source()
+
+
+@pytest.mark.parametrize("call", [lambda x, dist: dist.all_reduce(x.data),
+                                  lambda x, dist: dist.all_reduce(float(x.shape[0]))])
+def test_collectives_of_raw_arrays_and_numbers_inside_are_refused(call):
+    import tinygrad_tx.distributed as dist
+
+    def step(x):
+        call(x, dist)
+        return x * 2
+
+    with pytest.raises(JitError, match="raw array|Python number"):
+        tx.jit(step)(vec(1.0, 2.0))
+
+
+def _changes():
+    """Changes to a model between two calls of a jitted step (item 4), each a function of the model."""
+    def dropout_off(m):
+        m.drop.p = 0.0
+
+    def append_a_layer(m):
+        m.blocks.append(tx.nn.Linear(3, 3))
+
+    def replace_a_layer(m):
+        m.blocks.items[0] = tx.nn.Linear(3, 3)
+
+    def replace_a_submodule(m):
+        m.head = tx.nn.Linear(3, 2)
+
+    def rebind_a_weight(m):
+        m.head.weight = tx.Tensor(np.ones((3, 2), np.float32), requires_grad=True)
+
+    def replace_an_item_of_a_plain_list(m):
+        m.extra[0] = tx.Tensor(np.full(3, 5.0, np.float32))
+
+    return [dropout_off, append_a_layer, replace_a_layer, replace_a_submodule, rebind_a_weight,
+            replace_an_item_of_a_plain_list]
+
+
+class _Net(tx.nn.Module):
+    def __init__(self):
+        self.blocks = tx.nn.ModuleList([tx.nn.Linear(3, 3)])
+        self.drop = tx.nn.Dropout(0.5)
+        self.head = tx.nn.Linear(3, 2)
+        self.extra = [tx.Tensor(np.ones(3, np.float32))]
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x).tanh()
+        return self.head(self.drop(x * self.extra[0]))
+
+
+@pytest.mark.parametrize("change", _changes(), ids=lambda f: f.__name__)
+def test_a_model_changed_between_calls_is_recorded_anew(change):
+    # item 4: Dropout.p = 0.0, ModuleList.append(...), a replaced submodule went unnoticed; the
+    # replays ran the old graph
+    def run(jitted: bool):
+        tx.manual_seed(0)
+        model = _Net()
+        step = tx.jit(lambda x: model(x).sum()) if jitted else (lambda x: model(x).sum())
+        out = []
+        for i in range(4):
+            if i == 2:
+                change(model)
+            tx.manual_seed(i)
+            out.append(step(tx.Tensor(np.full((2, 3), i + 1.0, np.float32))).numpy().tobytes())
+        return out, step
+
+    (eager, _), (jitted, step) = run(False), run(True)
+    assert jitted == eager
+    assert step.replays == 2  # calls 1 and 3: the change made call 2 record anew
+
+
+def test_a_global_rebound_between_calls_is_recorded_anew():
+    global _GLOBAL_MODEL
+    _GLOBAL_MODEL = tx.nn.Linear(2, 1)
+
+    def f(x):
+        return _GLOBAL_MODEL(x)
+
+    jitted, x = tx.jit(f), vec(1.0, 2.0)
+    jitted(x)
+    _GLOBAL_MODEL = tx.nn.Linear(2, 1)
+    assert jitted(x).numpy().tobytes() == f(x).numpy().tobytes()
+    assert jitted.replays == 0 and jitted.traces == 2
+
+
+def test_what_the_step_itself_changes_at_each_call_is_no_change():
+    class Counting(tx.nn.Module):
+        def __init__(self):
+            self.lin, self.calls = tx.nn.Linear(2, 2), 0
+
+        def forward(self, x):
+            self.calls += 1  # Python state written by the function: fixed at the recording
+            return self.lin(x)
+
+    model = Counting()
+    jitted = tx.jit(lambda x: model(x).sum())
+    for _ in range(4):
+        jitted(vec(1.0, 2.0))
+    assert jitted.replays == 3
