@@ -6,12 +6,14 @@
 - `trace_backward()`: every node backward visits, in order, with its gradients;
 - `detect_anomaly()`: the first NaN or Inf, with its op and line;
 - `profile()`: time and memory per op;
-- `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`.
+- `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`;
+- `explore(fn, *args)`: all of the above for one call of `fn`, in a browser page.
 
 All of them observe the engine through one list of observers (see `instrument.py`),
 which is empty, and so free, unless one of them is active.
 """
 from .anomaly import AnomalyError, detect_anomaly
+from .explore import explore
 from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot
 from .instrument import Instrument
 from .modules import ModuleCall, attention_maps, name_parameters, record_modules
@@ -20,4 +22,4 @@ from .trace import trace_backward
 
 __all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",
            "detect_anomaly", "AnomalyError", "profile", "OpStats", "record_modules", "ModuleCall",
-           "name_parameters", "attention_maps", "Instrument"]
+           "name_parameters", "attention_maps", "Instrument", "explore"]
