@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -66,6 +67,9 @@ class Explorer:
                 return HTTPStatus.OK, endpoint(params)
         except BadRequest as e:
             return HTTPStatus.BAD_REQUEST, {"error": str(e)}
+        except Exception as e:  # a bug of ours, not the request's: say so in the page, keep serving
+            traceback.print_exc()
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"the explorer failed: {type(e).__name__}: {e}"}
 
     def server(self, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
         """A server bound to (host, port) (port 0: a free one), not yet serving."""
@@ -120,6 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._wrong_method
         raise AttributeError(name)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The library's own refusals of malformed requests, kept 4xx: it answers 505 to an
+        unknown HTTP version, which is the client's mistake too."""
+        super().send_error(HTTPStatus.BAD_REQUEST if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED else code,
+                           message, explain)
+
     def _wrong_method(self) -> None:
         self._json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{self.command} is not used here: GET or POST"},
                    extra={"Allow": "GET, POST"})
@@ -153,7 +163,6 @@ class _Handler(BaseHTTPRequestHandler):
         if length is None or not length.isdigit():
             return self._json(HTTPStatus.LENGTH_REQUIRED, {"error": "a POST needs a Content-Length"})
         if int(length) > MAX_BODY:
-            self.close_connection = True  # the body is not read: the connection cannot be reused
             return self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body over {MAX_BODY} bytes"})
         try:
             params = json.loads(self.rfile.read(int(length)) or b"null")
@@ -184,6 +193,8 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _json(self, status: int, value: Any, extra: dict | None = None) -> None:
+        if status >= 400:  # a body may be left unread: the connection cannot carry another request
+            self.close_connection = True
         self._send(status, json.dumps(value, allow_nan=False).encode(), "application/json", extra)
 
     def _send(self, status: int, body: bytes, kind: str, extra: dict | None = None) -> None:
