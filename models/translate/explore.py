@@ -76,23 +76,26 @@ class RunViews:
 
     # -- translate -------------------------------------------------------------------------
     def translate(self, params: dict) -> dict:
-        """A sentence's pieces, its translation, the beam-search tree and every attention map."""
-        sentence, beam = _sentence(params.get("sentence")), _beam(params.get("beam", 4))
+        """A sentence's pieces, its translation, the beam-search tree and every attention map; or,
+        for a sentence the model cannot take, {"problem": why} (a fine request, with a sad answer)."""
+        text, beam = _text(params.get("sentence")), _beam(params.get("beam", 4))
+        try:
+            return self._translate(_sentence(text), beam)
+        except (Untranslatable, InputTooLong) as e:
+            return {"problem": str(e)}
+
+    def _translate(self, sentence: str, beam: int) -> dict:
         run, (src_tok, tgt_tok) = self.run, self.run.tokenizers
         pieces = src_tok.encode(sentence)
         if not pieces:
-            raise BadRequest("the sentence has no tokens: type something to translate")
+            raise Untranslatable("the sentence has no tokens: type something to translate")
         known = [p in run.src_vocab.ids for p in pieces]
         if not any(known):
-            raise BadRequest(f"none of its pieces ({', '.join(map(repr, pieces[:8]))}) occurred in training: "
-                             "the model would read only <unk>")
+            raise Untranslatable(f"none of its pieces ({', '.join(map(repr, pieces[:8]))}) occurred in training: "
+                                 "the model would read only <unk>")
         tree = BeamTree()
         started = time.perf_counter()
-        try:
-            output = translate(run.model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, beam,
-                               record=tree)[0]
-        except InputTooLong as e:
-            raise BadRequest(str(e)) from None
+        output = translate(run.model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, beam, record=tree)[0]
         seconds = time.perf_counter() - started
         out_pieces = tgt_tok.encode(output)
         out_ids = run.tgt_vocab.encode(out_pieces)
@@ -137,13 +140,13 @@ class RunViews:
         if name not in self._models:
             self._models[name] = load_model(self.run.directory / name).to(self.run.model.device).eval()
         model, (src_tok, tgt_tok) = self._models[name], self.run.tokenizers
-        sentence = _sentence(params.get("sentence"))
         run = self.run
         try:
+            sentence = _sentence(_text(params.get("sentence")))
             output = translate(model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, 1)[0]
             src = encode_sources([sentence], run.src_vocab, src_tok, model.config.max_len)
-        except InputTooLong as e:
-            raise BadRequest(str(e)) from None
+        except (Untranslatable, InputTooLong) as e:
+            return {"problem": str(e)}
         out_pieces = tgt_tok.encode(output)
         maps = attention(model, src, run.tgt_vocab.encode(out_pieces), src_tok.encode(sentence), out_pieces)
         return {"name": name, "output": output, "map": last_cross(maps)}
@@ -174,14 +177,22 @@ def last_cross(maps: list[dict]) -> dict:
     return [m for m in maps if m["kind"] == "cross"][-1]
 
 
-def _sentence(value) -> str:
+class Untranslatable(ValueError):
+    """A sentence the model cannot take (empty, too long, nothing it knows): said in the page."""
+
+
+def _text(value) -> str:
     if not isinstance(value, str):
         raise BadRequest("give a sentence (text) to translate")
-    sentence = normalise(value)
+    return value
+
+
+def _sentence(text: str) -> str:
+    sentence = normalise(text)
     if not sentence:
-        raise BadRequest("the sentence is empty: type something to translate")
+        raise Untranslatable("the sentence is empty: type something to translate")
     if len(sentence) > 2000:
-        raise BadRequest(f"the sentence is {len(sentence)} characters long; the explorer takes at most 2000")
+        raise Untranslatable(f"the sentence is {len(sentence)} characters long; the explorer takes at most 2000")
     return sentence
 
 

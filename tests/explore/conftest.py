@@ -14,8 +14,8 @@ import pytest
 from tinygrad_tx.inspect.explore import Explorer
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--steps", "60", "--eval-every", "30", "--d-model", "32", "--heads", "2", "--layers", "1",
-        "--d-ff", "64", "--n-train", "500", "--batch-size", "16", "--log-every", "10"]
+TINY = ["--steps", "300", "--eval-every", "100", "--d-model", "32", "--heads", "2", "--layers", "1",
+        "--d-ff", "64", "--n-train", "2000", "--batch-size", "32", "--lr", "3e-3", "--log-every", "10"]
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -26,7 +26,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
-    """A run of the reverse task, small enough to train in a few seconds, once per session."""
+    """A run of the reverse task that trains in seconds (and then reverses short strings), once per session."""
     out = tmp_path_factory.mktemp("explore") / "reverse"
     done = run_cli("train", "--task", "reverse", "--out", str(out), *TINY)
     assert done.returncode == 0, done.stderr

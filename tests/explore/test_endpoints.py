@@ -202,10 +202,15 @@ def test_attention_is_attention_maps(run_url, tiny_run):
 
 
 @pytest.mark.parametrize("sentence, says", [("", "empty"), ("   ", "empty"), ("ABC!?", "none of its pieces"),
-                                            ("a" * 300, "longer than the model's maximum"), (12, "give a sentence")])
+                                            ("a" * 300, "longer than the model's maximum"), ("a" * 3000, "at most")])
 def test_a_sentence_it_cannot_translate_gets_a_clear_message(run_url, sentence, says):
     status, answer = post(run_url + "/api/translate", {"sentence": sentence, "beam": 2})
-    assert status == 400 and says in answer["error"]
+    assert status == 200 and says in answer["problem"] and list(answer) == ["problem"]
+
+
+def test_a_sentence_that_is_not_text_is_a_bad_request(run_url):
+    status, answer = post(run_url + "/api/translate", {"sentence": 12, "beam": 2})
+    assert status == 400 and "give a sentence" in answer["error"]
 
 
 def test_training_curves_are_the_runs_metrics(run_url, tiny_run):

@@ -8,7 +8,7 @@ const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), 
                 placed: {}, owner: {}, view: null };
 
 export async function showGraph(root) {
-  state.graph = await api("/api/graph");
+  [state.graph, { steps: state.walk, seeded_with: state.seeded }] = await Promise.all([api("/api/graph"), api("/api/walk")]);
   for (const n of state.graph.nodes) state.byId[n.id] = n;
   for (const c of state.graph.calls) state.calls[c.id] = c;
   state.users = {};
@@ -115,6 +115,8 @@ function fold(id) {
 }
 
 // -- a node's panel -------------------------------------------------------------------------
+const present = (...parts) => parts.filter((p) => p !== null);  // the sections a node has
+
 function section(title, ...content) {
   return el("section", {}, el("h3", {}, title), ...content);
 }
@@ -137,7 +139,7 @@ export async function showNode(id) {
                              `${input} ${state.byId[input].title} ${shape(state.byId[input].shape)}`);
   const scope = n.scope.map((c) => el("button", { class: "scope", title: "fold this module call into a box",
                                                   onclick: () => fold(c) }, state.calls[c].name));
-  panel.replaceChildren(
+  panel.replaceChildren(...present(
     el("h2", {}, n.kind === "op" ? `#${n.number} ${n.title}` : `${n.title} (${n.kind === "leaf" ? "leaf, requires grad" : "constant"})`),
     n.frames && n.frames.length ? section("created by", source(n.frames[0], "frame"),
                                           ...n.frames.slice(1).map((f) => source(f, "caller"))) : null,
@@ -151,25 +153,24 @@ export async function showNode(id) {
     n.op ? section(`${n.op.name}: forward and backward`, el("p", { class: "note" }, n.op.doc),
                    el("div", { class: "where" }, `${n.op.forward.file}:${n.op.forward.line}`),
                    el("pre", { class: "code source-forward" }, n.op.forward.code),
-                   el("pre", { class: "code source-backward" }, n.op.backward.code)) : null);
+                   el("pre", { class: "code source-backward" }, n.op.backward.code)) : null));
   for (const g of document.querySelectorAll("#graph .node.selected")) g.classList.remove("selected");
   const shown = document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
   if (shown) shown.classList.add("selected");
 }
 
 // -- backward, step by step -----------------------------------------------------------------
-async function stepTo(at) {
-  if (!state.walk) ({ steps: state.walk, seeded_with: state.seeded } = await api("/api/walk"));
+function stepTo(at) {
   state.at = Math.max(0, Math.min(at, state.walk.length));
   mark();
-  if (state.at > 0) await showStep(state.walk[state.at - 1]);
+  if (state.at > 0) showStep(state.walk[state.at - 1]);
 }
 
 // Classes on the drawn nodes: done (visited), current (this step), receives (gets a gradient now).
 function mark() {
   const status = document.getElementById("back-pos");
   for (const g of document.querySelectorAll("#graph .node")) g.classList.remove("done", "current", "receives");
-  if (!state.walk || state.at === 0) { status.textContent = "not started"; return; }
+  if (state.at === 0) { status.textContent = "not started"; return; }
   status.textContent = `step ${state.at} of ${state.walk.length}`;
   const find = (id) => document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
   for (const s of state.walk.slice(0, state.at - 1)) find(s.node)?.classList.add("done");
@@ -185,9 +186,10 @@ function mark() {
 
 async function showStep(step) {
   const arrays = await api(`/api/walk_step?n=${step.number}`);
+  if (state.at !== step.number) return;  // stepped on meanwhile
   const inBox = state.owner[step.node] !== step.node ? ` (inside ${state.calls[state.owner[step.node]].name})` : "";
   const panel = document.getElementById("panel");
-  panel.replaceChildren(
+  panel.replaceChildren(...present(
     el("h2", {}, `backward step ${step.number}: #${state.byId[step.node].number} ${step.op}${inBox}`),
     el("p", { class: "note" }, step.number === 1 ? `backward starts here, from a gradient of ${state.seeded}` :
        "every node that uses this one's output has sent its share, so its gradient is complete"),
@@ -201,6 +203,6 @@ async function showStep(step) {
       : el("p", { class: "note" }, "nothing: no input needs a gradient")),
     section("released after this step", step.releases.length ? el("ul", {}, step.releases.map((r) => el("li", {}, r)))
       : el("p", { class: "note" }, "nothing (the graph is kept)")),
-    el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showNode(step.node); } }, "the node itself")));
+    el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showNode(step.node); } }, "the node itself"))));
 }
 

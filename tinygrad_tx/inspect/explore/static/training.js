@@ -30,6 +30,7 @@ export async function showTraining(root, info) {
     if (!name) return;
     try {
       const a = await api(`/api/checkpoint_attention?name=${encodeURIComponent(name)}&sentence=${encodeURIComponent(sentence.value)}`);
+      if (a.problem) throw new Error(a.problem);
       root.querySelector("#ckpt-attention").replaceChildren(el("p", {}, `${name}: ${a.output || "(nothing)"}`),
         el("div", { class: "heads" }, a.map.heads.map((rows, h) => el("figure", { class: "head" }, el("figcaption", {}, `head ${h}`),
           heatmap(rows, { unit: true, rowLabels: a.map.rows, colLabels: a.map.cols, cell: 16 })))));

@@ -13,7 +13,9 @@ export function showTranslate(root, info) {
     const message = root.querySelector("#translate-message");
     message.hidden = true;
     try {
-      draw(root, await api("/api/translate", { sentence: input.value, beam: Number(beam.value) }));
+      const answer = await api("/api/translate", { sentence: input.value, beam: Number(beam.value) });
+      if (answer.problem) throw new Error(answer.problem);
+      draw(root, answer);
     } catch (error) {
       message.textContent = error.message;
       message.hidden = false;
@@ -31,7 +33,8 @@ function draw(root, t) {
       class: `piece${p.known ? "" : " unknown"}`, title: p.known ? `id ${p.id}` : "never seen in training: read as <unk>",
     }, p.piece, el("sub", {}, p.id)))),
     el("h3", {}, `translation (beam ${t.beam}, ${(t.seconds * 1000).toFixed(0)} ms)`),
-    el("p", { id: "output", class: "output" }, t.output || "(nothing: EOS first)"),
+    el("p", {}, el("span", { id: "output", class: "output" }, t.output),
+      t.output ? null : el("span", { class: "note" }, "(nothing: the model's best guess is to stop at once)")),
     el("h3", {}, "which source pieces each output piece looked at (cross-attention, last layer, mean of heads)"),
     el("div", { class: "pieces" }, t.output_pieces.map((p, i) => el("button", {
       class: "piece", onclick: () => align(alignment, t, i) }, p))),
