@@ -79,14 +79,15 @@ def test_backward_steps_are_the_engines_order_and_gradients(walkthrough_url):
     numbers = {id(s.node): s.number for s in trace.steps}
     for page, engine in zip(walk["steps"], trace.steps):
         arrays = get(walkthrough_url + f"/api/walk_step?n={page['number']}")[1]
-        np.testing.assert_array_equal(arrays["grad"]["rows"], first_plane(engine.grad))
+        np.testing.assert_array_equal(arrays["grad"]["heat"]["rows"], first_plane(engine.grad))
+        assert arrays["grad"]["norm"] == pytest.approx(np.linalg.norm(engine.grad), rel=1e-12)
         assert len(page["sends"]) == len(engine.sent)
         for send, flow, heat in zip(page["sends"], engine.sent, arrays["sends"]):
             assert send["arrival"] == flow.arrival
             assert titles[send["to"]] == flow.target.name
             if hasattr(flow.target, "inputs"):  # an op: the page's number is the engine's visit number
                 assert send["to"] == f"op{numbers[id(flow.target)]}"
-            np.testing.assert_array_equal(heat["rows"], first_plane(flow.grad))
+            np.testing.assert_array_equal(heat["heat"]["rows"], first_plane(flow.grad))
     adds = sum(s["arrival"] > 1 for step in walk["steps"] for s in step["sends"])
     assert adds == sum(f.arrival > 1 for s in trace.steps for f in s.sent) > 0  # the example has fan-out
 

@@ -132,19 +132,20 @@ class StepRecord:
         return {**summary(a), "heat": heat(a)}
 
     def walk(self) -> dict:
-        """The backward walk, one entry per node visited, in the engine's order."""
-        steps = [{"number": s.number, "node": s.node, "op": s.op, "grad": summary(self.to_host(s.grad)),
-                  "sends": [{**send, **summary(self.to_host(a))} for send, a in zip(s.sends, s.sent)],
+        """The backward walk, one entry per node visited, in the engine's order (the arrays'
+        values come one step at a time, from `walk_step`: a big model's would take seconds)."""
+        steps = [{"number": s.number, "node": s.node, "op": s.op, "shape": list(s.grad.shape),
+                  "sends": [{**send, "shape": list(a.shape)} for send, a in zip(s.sends, s.sent)],
                   "releases": s.releases} for s in self.steps]
         return {"steps": steps, "seeded_with": self.seeded_with}
 
     def walk_step(self, number: int) -> dict:
-        """One step with its arrays as heat-maps: the gradient arriving, and each one sent."""
+        """One step's arrays: the gradient arriving, and each one sent (statistics and heat-map)."""
         if not 1 <= number <= len(self.steps):
             raise BadRequest(f"backward has steps 1 to {len(self.steps)}, not {number}")
         s = self.steps[number - 1]
-        return {"number": number, "node": s.node, "grad": heat(self.to_host(s.grad)),
-                "sends": [heat(self.to_host(a)) for a in s.sent]}
+        return {"number": number, "node": s.node, "grad": self._array(s.grad),
+                "sends": [self._array(a) for a in s.sent]}
 
 
 def _calls(fns) -> dict[int, dict]:

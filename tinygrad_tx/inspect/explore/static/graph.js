@@ -193,13 +193,13 @@ async function showStep(step) {
     el("h2", {}, `backward step ${step.number}: #${state.byId[step.node].number} ${step.op}${inBox}`),
     el("p", { class: "note" }, step.number === 1 ? `backward starts here, from a gradient of ${state.seeded}` :
        "every node that uses this one's output has sent its share, so its gradient is complete"),
-    section("gradient arriving", el("div", { class: "stats" }, statsLine(step.grad)), heatmap(arrays.grad.rows)),
+    section("gradient arriving", arrayView(arrays.grad)),
     section("sends", step.sends.length ? el("ul", { class: "sends" }, step.sends.map((s, i) => el("li", {},
       el("b", {}, s.arrival > 1 ? "+= " : "→ "), `${s.to} ${state.byId[s.to].title}  `,
-      el("span", { class: "stats" }, statsLine(s)),
+      el("span", { class: "stats" }, statsLine(arrays.sends[i])),
       s.arrival > 1 ? el("div", { class: "note" }, `fan-out: gradient number ${s.arrival} to reach it, added to the ones before`) : null,
       s.summed_from ? el("div", { class: "note" }, `broadcast: summed back from ${shape(s.summed_from)} to ${shape(s.shape)}`) : null,
-      heatmap(arrays.sends[i].rows, { cell: 6 }))))
+      heatmap(arrays.sends[i].heat.rows, { cell: 6 }))))
       : el("p", { class: "note" }, "nothing: no input needs a gradient")),
     section("released after this step", step.releases.length ? el("ul", {}, step.releases.map((r) => el("li", {}, r)))
       : el("p", { class: "note" }, "nothing (the graph is kept)")),
