@@ -51,13 +51,13 @@ class RunViews:
 
     def __init__(self, run: Run):
         self.run = run
-        self.step = StepRecord(self._training_loss, (), zero_grads=run.model.parameters())
+        self.step = StepRecord(self._training_loss, ())
         self._models = {"best.npz": run.model}
 
     def info(self, params: dict) -> dict:
         settings = self.run.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
-        return {"title": f"{self.run.directory.name}: {what}", "views": ["graph", "translate", "training"],
+        return {"title": f"{self.run.directory.name}: {what}", "views": ["graph", "translate", "training", "compiled"],
                 "example": self.run.held_out("valid")[0][0], "beam": 4, "max_beam": MAX_BEAM}
 
     def _training_loss(self) -> tx.Tensor:

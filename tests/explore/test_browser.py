@@ -93,6 +93,14 @@ def test_graph_node_panel_and_backward_steps(page):
         page.screenshot(path=str(DOCS / "explorer_backward.png"))
         page.click("#back-prev")
         page.wait_for_selector("#back-pos:text-matches('^step 2 of')")
+
+        page.click("#tab-compiled")
+        line = page.locator("pre.compiled a.linked", has_text="Softmax").first
+        target = line.get_attribute("data-node")
+        page.screenshot(path=str(DOCS / "explorer_compiled.png"))
+        line.click()
+        page.wait_for_selector(f"#graph .node.selected[data-id='{target}']")
+        assert page.inner_text("#panel h2").endswith("Softmax")
     assert page.errors == []
 
 

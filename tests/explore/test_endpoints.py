@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -153,6 +154,21 @@ def test_node_panel_has_the_ops_forward_and_backward(walkthrough_url):
     assert node["value"]["shape"] == node["shape"] == [2, 3, 3]
 
 
+def test_compiled_lines_are_linked_to_the_graph_nodes_of_their_ops(walkthrough_url):
+    graph = get(walkthrough_url + "/api/graph")[1]
+    titles = {n["id"]: n["title"] for n in graph["nodes"]}
+    compiled = get(walkthrough_url + "/api/compiled")[1]
+    forward = [line for line in compiled["lines"] if "f.forward(" in line["text"]]
+    assert len(forward) == sum(n["kind"] == "op" for n in graph["nodes"])  # every op of this step reaches the loss
+    assert sorted(line["node"] for line in forward) == sorted(n["id"] for n in graph["nodes"] if n["kind"] == "op")
+    for line in compiled["lines"]:
+        if line["node"] is not None:
+            assert re.search(r"# #\d+ (\w+)", line["text"])[1] == titles[line["node"]]  # "# #3 MatMul": the same op
+    profile = get(walkthrough_url + "/api/profile")[1]["rows"]
+    assert {r["op"]: r["calls"] for r in profile} == {t: list(titles.values()).count(t) for t in
+                                                      {n["title"] for n in graph["nodes"] if n["kind"] == "op"}}
+
+
 def test_module_calls_fold_into_boxes(run_explorer):
     graph = run_explorer.get["/api/graph"]({})
     calls = {c["id"]: c for c in graph["calls"]}
@@ -247,7 +263,7 @@ def test_the_command_serves_then_ctrl_c_stops_it(tiny_run):
         line = process.stdout.readline()
         assert line.startswith("explorer at http://127.0.0.1:")
         url = line.split()[2].rstrip("/")
-        assert get(url + "/api/info")[1]["views"] == ["graph", "translate", "training"]
+        assert get(url + "/api/info")[1]["views"] == ["graph", "translate", "training", "compiled"]
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
         assert "explorer stopped" in process.stdout.read() and process.stderr.read() == ""

@@ -25,11 +25,13 @@ __all__ = ["explore", "explorer_for", "step_endpoints", "Explorer", "StepRecord"
 def step_endpoints(record: StepRecord) -> dict[str, Callable[[dict], Any]]:
     """The JSON endpoints of the graph and backward views of one recorded step."""
     return {
-        "/api/info": lambda params: {"title": "explore", "views": ["graph"]},
+        "/api/info": lambda params: {"title": "explore", "views": ["graph", "compiled"]},
         "/api/graph": lambda params: record.graph(),
         "/api/node": lambda params: record.node(str(params.get("id", ""))),
         "/api/walk": lambda params: record.walk(),
         "/api/walk_step": lambda params: record.walk_step(_whole(params.get("n"), "n")),
+        "/api/compiled": lambda params: record.compiled,
+        "/api/profile": lambda params: record.profiled(),
     }
 
 

@@ -38,6 +38,7 @@ ASSETS = {  # request path -> (file under static/, content type)
     "/graph.js": ("graph.js", "text/javascript; charset=utf-8"),
     "/translate.js": ("translate.js", "text/javascript; charset=utf-8"),
     "/training.js": ("training.js", "text/javascript; charset=utf-8"),
+    "/compiled.js": ("compiled.js", "text/javascript; charset=utf-8"),
     "/vendor/dagre.min.js": ("vendor/dagre.min.js", "text/javascript; charset=utf-8"),
     "/vendor/LICENSE-dagre.txt": ("vendor/LICENSE-dagre.txt", "text/plain; charset=utf-8"),
     "/vendor/dagre.min.js.LEGAL.txt": ("vendor/dagre.min.js.LEGAL.txt", "text/plain; charset=utf-8"),

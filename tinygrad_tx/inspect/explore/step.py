@@ -6,7 +6,8 @@ the source line that created each op. It then describes every node of the graph
 behind the result (the first Tensor `fn` returns) while the graph still holds its
 arrays, and runs backward from it (`backward.py`), so the page can show each
 node's value, what it saved, and its gradient. The page asks for these as JSON:
-`graph()`, `node(id)`, `walk()` and `walk_step(n)`.
+`graph()`, `node(id)`, `walk()` and `walk_step(n)`, `compiled` (the `tx.jit` record of
+the same call, made first) and `profiled()`.
 
 Node ids say what a node is: `op3` is the op backward visits third (the numbers
 `graph_text` and `trace_backward` print), `leaf2` a tensor that requires grad,
@@ -26,7 +27,9 @@ from ..graph import tensors_in_graph
 from ..instrument import Instrument, user_frames
 from ..modules import record_modules
 from .arrays import describe_value, heat, summary
+from ..profiler import profile
 from .backward import backward_steps
+from .compiled import link_lines, record_compiled
 
 
 class BadRequest(ValueError):
@@ -52,24 +55,28 @@ def first_tensor(result: Any) -> Tensor:
 class StepRecord:
     """The graph behind `fn(*args)` and the backward walk from it, ready to be served as JSON."""
 
-    def __init__(self, fn: Callable, args: tuple, zero_grads: list[Tensor] = ()):
-        with record_modules() as modules, _Sources():
-            root = first_tensor(fn(*args))
-        if root.grad_fn is None:
-            raise ValueError("explore: the function's result has no graph (no input requires grad), "
-                             "so there is nothing to walk back through")
-        self._name_nodes(root)
-        self.calls = _calls(self._ops.values())
-        self.to_host = root.backend.to_host
-        self._saved: dict[str, dict] = {}
-        self.nodes = {nid: self._describe(nid) for nid in self._tensors}  # while the graph holds its arrays
-        for t in zero_grads:
-            t.grad = None
-        grad = None if root.size == 1 else Tensor(np.ones(root.shape, dtype=root.dtype), device=root.device)
-        self.seeded_with = "1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
-        self.steps = backward_steps(root, grad, self.node_id)
+    def __init__(self, fn: Callable, args: tuple):
+        compiled = record_compiled(fn, args, first_tensor)  # first: the gradients it leaves are cleared below
+        with profile() as self.profile:
+            with record_modules(), _Sources():
+                root = first_tensor(fn(*args))
+            if root.grad_fn is None:
+                raise ValueError("explore: the function's result has no graph (no input requires grad), "
+                                 "so there is nothing to walk back through")
+            self._name_nodes(root)
+            self.calls = _calls(self._ops.values())
+            self.to_host = root.backend.to_host
+            self._saved: dict[str, dict] = {}
+            self.nodes = {nid: self._describe(nid) for nid in self._tensors}  # while the graph holds its arrays
+            for t in self._tensors.values():
+                t.grad = None  # the page shows the gradients of this call alone
+            grad = None if root.size == 1 else Tensor(np.ones(root.shape, dtype=root.dtype), device=root.device)
+            self.seeded_with = "1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
+            self.steps = backward_steps(root, grad, self.node_id)
         self._grads = {s.node: s.grad for s in self.steps}
         self.root = self.node_id(root.grad_fn)
+        creation_order = sorted(self._ops.items(), key=lambda item: item[1].seq)
+        self.compiled = link_lines(compiled, [(nid, fn.name) for nid, fn in creation_order])
 
     def _name_nodes(self, root: Tensor) -> None:
         tensors = list(tensors_in_graph(root))
@@ -126,6 +133,18 @@ class StepRecord:
                                for name, v in self._saved[nid].items()]
             detail["op"] = _op_source(type(t.grad_fn))
         return detail
+
+    def profiled(self) -> dict:
+        """Time and memory per op name over the explorer's call and backward (`tx.inspect.profile`,
+        with the explorer's own instruments on, so slower than a plain step), with the graph
+        nodes of each op."""
+        nodes: dict[str, list[str]] = {}
+        for nid, fn in self._ops.items():
+            nodes.setdefault(fn.name, []).append(nid)
+        rows = [{"op": name, "calls": s.calls, "forward_ms": s.forward_s * 1e3, "backward_ms": s.backward_s * 1e3,
+                 "held_bytes": s.held_bytes, "nodes": nodes.get(name, [])}
+                for name, s in sorted(self.profile.stats.items(), key=lambda item: -item[1].total_s)]
+        return {"rows": rows}
 
     def _array(self, a: Any) -> dict:
         a = self.to_host(a)

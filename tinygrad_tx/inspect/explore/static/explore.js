@@ -13,14 +13,20 @@ const VIEWS = {
   graph: ["graph and backward", async (root) => (await import("./graph.js")).showGraph(root)],
   translate: ["translate", async (root, info) => (await import("./translate.js")).showTranslate(root, info)],
   training: ["training", async (root, info) => (await import("./training.js")).showTraining(root, info)],
+  compiled: ["compiled step and profile", async (root) => (await import("./compiled.js")).showCompiled(root)],
 };
+let show = null;  // set by main: shows one view, starting it the first time
+
+export function showView(name) {
+  return show(name);
+}
 
 async function main() {
   const info = await api("/api/info");
   document.getElementById("title").textContent = info.title;
   document.title = `${info.title} · explorer`;
   const started = {};
-  const show = async (name) => {
+  show = async (name) => {
     for (const other of info.views) {
       document.getElementById(`view-${other}`).hidden = other !== name;
       document.getElementById(`tab-${other}`).classList.toggle("active", other === name);

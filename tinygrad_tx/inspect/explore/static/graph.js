@@ -106,6 +106,16 @@ function unfold(id) {
   draw();
 }
 
+// Show node `id` from elsewhere (the compiled view): open the boxes around it, select it, centre it.
+export function reveal(id) {
+  for (const c of state.byId[id].scope) state.folded.delete(c);
+  for (const c of state.graph.calls) if (state.byId[id].scope.includes(c.parent) && !state.byId[id].scope.includes(c.id)) state.folded.add(c.id);
+  draw();
+  const p = state.placed[state.owner[id]];
+  state.view.centre(p.x, p.y);
+  return showNode(id);
+}
+
 function fold(id) {
   for (const c of state.graph.calls) {  // fold `id`, forgetting what was open inside it
     for (let p = c; p; p = state.calls[p.parent]) if (p.id === id) state.folded.delete(c.id);
