@@ -22,10 +22,10 @@ from .step import BadRequest, StepRecord
 __all__ = ["explore", "explorer_for", "step_endpoints", "Explorer", "StepRecord", "BadRequest"]
 
 
-def step_endpoints(record: StepRecord) -> dict[str, Callable[[dict], Any]]:
-    """The JSON endpoints of the graph and backward views of one recorded step."""
+def step_endpoints(record: StepRecord, title: str = "explore") -> dict[str, Callable[[dict], Any]]:
+    """The JSON endpoints of the graph, backward and compiled views of one recorded step."""
     return {
-        "/api/info": lambda params: {"title": "explore", "views": ["graph", "compiled"]},
+        "/api/info": lambda params: {"title": title, "views": ["graph", "compiled"]},
         "/api/graph": lambda params: record.graph(),
         "/api/node": lambda params: record.node(str(params.get("id", ""))),
         "/api/walk": lambda params: record.walk(),
@@ -43,7 +43,7 @@ def _whole(text: Any, name: str) -> int:
 
 def explorer_for(fn: Callable, *args: Any) -> Explorer:
     """The explorer of one call `fn(*args)`, not yet serving (see `Explorer.serve`)."""
-    return Explorer(get=step_endpoints(StepRecord(fn, args)))
+    return Explorer(get=step_endpoints(StepRecord(fn, args), getattr(fn, "__qualname__", "explore")))
 
 
 def explore(fn: Callable, *args: Any, port: int | None = None, open: bool = False,
