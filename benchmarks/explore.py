@@ -31,7 +31,7 @@ import tinygrad_tx as tx  # noqa: E402
 import tinygrad_tx.functional as F  # noqa: E402
 from autograd_walkthrough import inputs, loss_of  # noqa: E402
 from models import Transformer  # noqa: E402
-from tinygrad_tx.inspect.explore import Explorer, explorer_for  # noqa: E402
+from tinygrad_tx.inspect.explorer import Explorer, explorer_for  # noqa: E402
 
 SENTENCE = "the small cat eats the red apple and the big dog"  # 10 words of the grammar task (or near)
 M = dict(d_model=256, heads=8, layers=3, d_ff=1024, vocab=8000, batch=32, length=64)  # benchmarks/train_step.py

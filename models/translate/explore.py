@@ -1,6 +1,6 @@
 """`python -m models explore RUN_DIR`: the browser explorer on a trained translation run.
 
-The engine's explorer (`tinygrad_tx.inspect.explore`) serves the page and the views
+The engine's explorer (`tinygrad_tx.inspect.explorer`) serves the page and the views
 of a step graph; this file adds what only a translation run has:
 - the graph of one training step on a real batch (the first validation pairs), in
   training mode, so dropout and the label-smoothed loss are in it as they are in training;
@@ -20,7 +20,7 @@ import numpy as np
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx.inspect import attention_maps
-from tinygrad_tx.inspect.explore import BadRequest, Explorer, StepRecord, step_endpoints
+from tinygrad_tx.inspect.explorer import BadRequest, Explorer, StepRecord, step_endpoints
 
 from .corpus import normalise
 from .data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from tinygrad_tx.inspect.explore import Explorer
+from tinygrad_tx.inspect.explorer import Explorer
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--steps", "300", "--eval-every", "100", "--d-model", "32", "--heads", "2", "--layers", "1",

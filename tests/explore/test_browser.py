@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from tinygrad_tx.inspect import trace_backward
-from tinygrad_tx.inspect.explore import explorer_for
+from tinygrad_tx.inspect.explorer import explorer_for
 
 from .conftest import REPO, run_cli, serving
 

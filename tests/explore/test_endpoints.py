@@ -22,7 +22,7 @@ from models.translate.evaluation import encode_sources
 from models.translate.run import open_run
 from tinygrad_tx import Tensor
 from tinygrad_tx.inspect import attention_maps, trace_backward
-from tinygrad_tx.inspect.explore import StepRecord, explorer_for
+from tinygrad_tx.inspect.explorer import StepRecord, explorer_for
 
 from .conftest import REPO, run_cli, serving
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tinygrad_tx.inspect.explore.server import ASSETS, MAX_BODY
+from tinygrad_tx.inspect.explorer.server import ASSETS, MAX_BODY
 
 SECRET_MARKERS = (b"root:", b"import ", b"def ", b"[build-system]", b"checksums")  # passwd, Python, TOML, run.json
 

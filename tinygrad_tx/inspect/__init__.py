@@ -13,12 +13,22 @@ All of them observe the engine through one list of observers (see `instrument.py
 which is empty, and so free, unless one of them is active.
 """
 from .anomaly import AnomalyError, detect_anomaly
-from .explore import explore
 from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot
 from .instrument import Instrument
 from .modules import ModuleCall, attention_maps, name_parameters, record_modules
 from .profiler import OpStats, profile
 from .trace import trace_backward
+
+
+
+def explore(fn, *args, port: int | None = None, open: bool = False, host: str = "127.0.0.1") -> None:
+    """Serve a browser page about one call `fn(*args)`: its graph, backward step by step, its
+    compiled form (see `tinygrad_tx.inspect.explorer`, imported here only when used: the web
+    server's modules would slow down every `import tinygrad_tx`)."""
+    from .explorer import explore as serve
+
+    serve(fn, *args, port=port, open=open, host=host)
+
 
 __all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",
            "detect_anomaly", "AnomalyError", "profile", "OpStats", "record_modules", "ModuleCall",
