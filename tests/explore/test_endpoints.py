@@ -241,6 +241,42 @@ def test_training_curves_are_the_runs_metrics(run_url, tiny_run):
     assert status == 200 and len(page["map"]["heads"]) == 2
 
 
+def test_curves_update_live_while_a_run_trains(tiny_run, tmp_path):
+    from models.translate.explore import open_explorer
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in tiny_run.iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    with serving(open_explorer(run)) as url, urllib.request.urlopen(url + "/api/events/metrics", timeout=30) as stream:
+        first = json.loads(stream.readline().decode().removeprefix("data: "))
+        stream.readline()  # the blank line that ends an event
+        new = {"step": 10_000, "loss": 0.5, "lr": 1e-4, "tokens_per_s": 1}
+        with open(run / "metrics.jsonl", "a") as f:  # as the trainer appends
+            f.write(json.dumps(new) + "\n")
+        started = time.perf_counter()
+        second = json.loads(stream.readline().decode().removeprefix("data: "))
+        assert second == {"from": len(first["records"]), "records": [new]}
+        assert time.perf_counter() - started < 5
+
+
+def test_recording_the_beam_search_does_not_change_it():
+    from models import Transformer, beam_search
+    from models.beam_tree import BeamTree
+
+    tx.manual_seed(0)
+    model = Transformer(12, 12, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32).eval()
+    src = np.random.default_rng(0).integers(3, 12, size=(3, 6))
+    for beam in (1, 2, 5):
+        tree = BeamTree()
+        recorded = beam_search(model, src, 9, 1, 2, beam_size=beam, record=tree)
+        np.testing.assert_array_equal(recorded, beam_search(model, src, 9, 1, 2, beam_size=beam))
+        for row in range(3):
+            ids = [int(t) for t in recorded[row] if t != 0]
+            path = tree.path(ids, row)
+            assert len(path) == len(ids)  # the output is a path of the tree, from its root
+
+
 # -- the command line --------------------------------------------------------------------------
 
 def test_a_missing_or_damaged_run_is_one_line_and_exit_2(tmp_path, tiny_run):

@@ -29,20 +29,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from .step import BadRequest
 
-ASSETS = {  # request path -> (file under static/, content type)
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/favicon.svg": ("favicon.svg", "image/svg+xml"),
-    "/explore.css": ("explore.css", "text/css; charset=utf-8"),
-    "/explore.js": ("explore.js", "text/javascript; charset=utf-8"),
-    "/draw.js": ("draw.js", "text/javascript; charset=utf-8"),
-    "/graph.js": ("graph.js", "text/javascript; charset=utf-8"),
-    "/translate.js": ("translate.js", "text/javascript; charset=utf-8"),
-    "/training.js": ("training.js", "text/javascript; charset=utf-8"),
-    "/compiled.js": ("compiled.js", "text/javascript; charset=utf-8"),
-    "/vendor/dagre.min.js": ("vendor/dagre.min.js", "text/javascript; charset=utf-8"),
-    "/vendor/LICENSE-dagre.txt": ("vendor/LICENSE-dagre.txt", "text/plain; charset=utf-8"),
-    "/vendor/dagre.min.js.LEGAL.txt": ("vendor/dagre.min.js.LEGAL.txt", "text/plain; charset=utf-8"),
-}
+ASSETS = {"/": "index.html", **{"/" + name: name for name in (  # request path -> file under static/
+    "favicon.svg", "explore.css", "explore.js", "draw.js", "graph.js", "translate.js", "training.js", "compiled.js",
+    "vendor/dagre.min.js", "vendor/LICENSE-dagre.txt", "vendor/dagre.min.js.LEGAL.txt")}}
+TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
+         ".js": "text/javascript; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
 MAX_BODY = 64 * 1024
 """The largest request body accepted (a sentence and a few settings need far less)."""
 
@@ -146,9 +137,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         url = urlsplit(self.path)
         if url.path in ASSETS:
-            name, kind = ASSETS[url.path]
+            name = ASSETS[url.path]
             body = resources.files(__package__).joinpath("static", *name.split("/")).read_bytes()
-            return self._send(HTTPStatus.OK, body, kind)
+            return self._send(HTTPStatus.OK, body, TYPES[name[name.rindex("."):]])
         try:
             params = {k: v[-1] for k, v in parse_qs(url.query, strict_parsing=bool(url.query)).items()}
         except ValueError:
