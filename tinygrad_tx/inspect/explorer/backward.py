@@ -44,8 +44,8 @@ class _Walk(trace_backward):
         super().backward(fn, grad, grads, seconds)
         self.raw_shapes.append([tuple(raw(g).shape) for t, g in zip(fn.inputs, grads)
                                 if g is not None and t.requires_grad])
-        self.held.append([f"input {i}: {tuple(a.shape)}" for i, a in enumerate(fn.arrays)]
-                         + [f"{name}" for name in fn.saved_values()])
+        self.held.append([f"input {i} {tuple(a.shape)}" for i, a in enumerate(fn.arrays)]
+                         + [f"saved {name}" for name in fn.saved_values()])
 
 
 def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], str],

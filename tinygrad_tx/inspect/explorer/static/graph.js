@@ -2,7 +2,7 @@
 // backward step by step. Orders and values come from the server (/api/graph, /api/node,
 // /api/walk, /api/walk_step); this file decides only what is folded and where things go.
 import { api } from "./explore.js";
-import { edgePath, el, heatmap, layout, panZoom, shape, statsLine, svg } from "./draw.js";
+import { edgePath, el, fmt, heatmap, layout, panZoom, shape, statsLine, svg } from "./draw.js";
 
 const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), walk: null, seeded: "1", at: 0,
                 placed: {}, owner: {}, view: null };
@@ -137,8 +137,11 @@ function source(frame, cls) {
 }
 
 function arrayView(a) {
+  const peak = Math.max(Math.abs(a.min ?? 0), Math.abs(a.max ?? 0));
+  const stride = a.heat.stride.some((k) => k > 1) ? `, every ${a.heat.stride.join("×")}-th cell` : "";
   return el("div", {}, el("div", { class: "stats" }, statsLine(a)),
-            a.heat.where ? el("div", { class: "note" }, `slice ${a.heat.where}`) : null,
+            el("div", { class: "note" }, `${a.heat.where ? `slice ${a.heat.where}${stride}; ` : stride ? `${stride.slice(2)}; ` : ""}` +
+                                         `red > 0 > blue, darkest at |x| = ${fmt(peak)}`),
             heatmap(a.heat.rows));
 }
 
