@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from ...tensor import Tensor
 from ..instrument import raw
 from ..trace import trace_backward
@@ -46,6 +48,11 @@ class _Walk(trace_backward):
                                 if g is not None and t.requires_grad])
         self.held.append([f"input {i} {tuple(a.shape)}" for i, a in enumerate(fn.arrays)]
                          + [f"saved {name}" for name in fn.saved_values()])
+
+
+def seed_gradient(root: Tensor) -> Tensor | None:
+    """The gradient backward starts from: None (that is, 1) for a scalar, ones for any other result."""
+    return None if root.size == 1 else Tensor(np.ones(root.shape, dtype=root.dtype), device=root.device)
 
 
 def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], str],

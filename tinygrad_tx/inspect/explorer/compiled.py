@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-import numpy as np
-
 from ...tensor import Tensor
+from .backward import seed_gradient
 
 OP_COMMENT = re.compile(r"# #(\d+) (\w+)")  # codegen ends an op's line with "# #<index> <Op>"
 
@@ -25,7 +24,8 @@ def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Ten
 
     def step(*arguments):
         root = first_tensor(fn(*arguments))
-        root.backward(None if root.size == 1 else Tensor(np.ones(root.shape, dtype=root.dtype), device=root.device))
+        if root.requires_grad:  # (if not, the explorer says so itself)
+            root.backward(seed_gradient(root))
         return root
 
     jitted = jit(step)

@@ -19,16 +19,14 @@ import inspect
 import linecache
 from typing import Any, Callable
 
-import numpy as np
-
 from ...autograd import Function
 from ...tensor import Tensor
 from ..graph import tensors_in_graph
 from ..instrument import Instrument, user_frames
 from ..modules import record_modules
-from .arrays import describe_value, heat, summary
 from ..profiler import profile
-from .backward import backward_steps
+from .arrays import describe_value, heat, summary
+from .backward import backward_steps, seed_gradient
 from .compiled import link_lines, record_compiled
 
 
@@ -70,7 +68,7 @@ class StepRecord:
             self.nodes = {nid: self._describe(nid) for nid in self._tensors}  # while the graph holds its arrays
             for t in self._tensors.values():
                 t.grad = None  # the page shows the gradients of this call alone
-            grad = None if root.size == 1 else Tensor(np.ones(root.shape, dtype=root.dtype), device=root.device)
+            grad = seed_gradient(root)
             self.seeded_with = "1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
             self.steps = backward_steps(root, grad, self.node_id)
         self._grads = {s.node: s.grad for s in self.steps}
