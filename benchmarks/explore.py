@@ -71,6 +71,24 @@ def backward_steps(browser, url: str, steps: int = 10) -> float:
     return statistics.median(times)
 
 
+def unfold(browser, url: str, box: str | None) -> float:
+    """Seconds from a click (on the box named `box`, or on "unfold all") to the graph redrawn."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]")
+    before = page.locator("#graph .node").count()
+    started = time.perf_counter()
+    if box is None:
+        page.click("#unfold")
+    else:
+        page.locator("#graph .node.module", has_text=box).first.dispatch_event("click")
+    while page.locator("#graph .node").count() == before:  # (the page's CSP refuses wait_for_function's eval)
+        page.wait_for_timeout(5)
+    seconds = time.perf_counter() - started
+    page.close()
+    return seconds
+
+
 def m_config_loss() -> tx.Tensor:
     rng = np.random.default_rng(0)
     model = Transformer(M["vocab"], M["vocab"], d_model=M["d_model"], num_heads=M["heads"],
@@ -127,6 +145,8 @@ def main() -> None:
             url, stop_m = serve(explorer)
             print(f"M config step graph: {nodes} nodes, recorded with backward in {recorded:.1f} s; page ready "
                   f"(modules folded) {page_ready(browser, url, repeat=1):.2f} s")
+            print(f"  opening the encoder's box {unfold(browser, url, 'encoder'):.2f} s, "
+                  f"every box {unfold(browser, url, None):.2f} s")
             stop_m()
         browser.close()
 

@@ -21,6 +21,7 @@ import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx.inspect import attention_maps
 from tinygrad_tx.inspect.explorer import BadRequest, Explorer, StepRecord, step_endpoints
+from tinygrad_tx.inspect.explorer.arrays import number
 
 from .corpus import normalise
 from .data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
@@ -112,7 +113,7 @@ class RunViews:
 
     # -- training --------------------------------------------------------------------------
     def metrics(self, params: dict) -> dict:
-        return {"records": read_metrics(self.run.directory / "metrics.jsonl"),
+        return {"records": finite_metrics(self.run.directory / "metrics.jsonl"),
                 "checkpoints": [name for name in CHECKPOINTS if (self.run.directory / name).is_file()]}
 
     def metric_events(self, params: dict) -> Iterator[dict]:
@@ -122,7 +123,7 @@ class RunViews:
         while True:
             now = path.stat().st_size if path.is_file() else 0
             if now != size or quiet >= KEEP_ALIVE_S:
-                records = read_metrics(path) if now != size else []
+                records = finite_metrics(path) if now != size else []
                 if len(records) < sent and now != size:  # rewritten shorter (a resumed run): start again
                     sent = 0
                 yield {"from": sent, "records": records[sent:]}
@@ -150,6 +151,11 @@ class RunViews:
         out_pieces = tgt_tok.encode(output)
         maps = attention(model, src, run.tgt_vocab.encode(out_pieces), src_tok.encode(sentence), out_pieces)
         return {"name": name, "output": output, "map": last_cross(maps)}
+
+
+def finite_metrics(path: Path) -> list[dict]:
+    """metrics.jsonl's records with NaN and ±Inf (a run that diverged) as None: JSON has no NaN."""
+    return [{k: number(v) if isinstance(v, float) else v for k, v in r.items()} for r in read_metrics(path)]
 
 
 def attention(model, src, out_ids: list[int], pieces: list[str], out_pieces: list[str]) -> list[dict]:

@@ -251,12 +251,13 @@ def test_curves_update_live_while_a_run_trains(tiny_run, tmp_path):
     with serving(open_explorer(run)) as url, urllib.request.urlopen(url + "/api/events/metrics", timeout=30) as stream:
         first = json.loads(stream.readline().decode().removeprefix("data: "))
         stream.readline()  # the blank line that ends an event
-        new = {"step": 10_000, "loss": 0.5, "lr": 1e-4, "tokens_per_s": 1}
+        new = [{"step": 10_000, "loss": 0.5, "lr": 1e-4, "tokens_per_s": 1},
+               {"step": 10_010, "loss": float("nan"), "lr": 1e-4, "tokens_per_s": 1}]  # a run that diverged
         with open(run / "metrics.jsonl", "a") as f:  # as the trainer appends
-            f.write(json.dumps(new) + "\n")
+            f.write("".join(json.dumps(record) + "\n" for record in new))
         started = time.perf_counter()
         second = json.loads(stream.readline().decode().removeprefix("data: "))
-        assert second == {"from": len(first["records"]), "records": [new]}
+        assert second == {"from": len(first["records"]), "records": [new[0], {**new[1], "loss": None}]}
         assert time.perf_counter() - started < 5
 
 

@@ -71,17 +71,14 @@ class Explorer:
         handler.allowed_hosts = {f"{name}:{server.server_address[1]}" for name in handler.allowed_hosts}
         return server
 
-    def serve(self, host: str = "127.0.0.1", port: int | None = None, open_browser: bool = False,
-              ready: Callable[[str], None] | None = None) -> None:
+    def serve(self, host: str = "127.0.0.1", port: int | None = None, open_browser: bool = False) -> None:
         """Serve until Ctrl-C: prints the address (and opens it in a browser when asked)."""
-        if host not in ("127.0.0.1", "localhost", "::1"):
+        if host not in ("127.0.0.1", "localhost"):
             print(f"warning: serving on {host}: anyone who can reach this machine can open the explorer "
                   "and read your run; the default, 127.0.0.1, is this machine only", file=sys.stderr)
         server = self.server(host, port or 0)
         url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{server.server_address[1]}/"
         print(f"explorer at {url}  (Ctrl-C to stop)", flush=True)
-        if ready is not None:
-            ready(url)
         if open_browser:
             import webbrowser
 
@@ -96,11 +93,8 @@ class Explorer:
 
 
 def _allowed_hosts(host: str) -> set[str]:
-    if host in ("127.0.0.1", "localhost"):
-        return {"127.0.0.1", "localhost"}
-    if host == "::1":
-        return {"[::1]", "localhost"}
-    return set()  # bound elsewhere on purpose: any Host header
+    """The Host headers a request may carry (without the port): any, when bound elsewhere on purpose."""
+    return {"127.0.0.1", "localhost"} if host in ("127.0.0.1", "localhost") else set()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -166,17 +160,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, stream: Stream, params: dict) -> None:
         """Server-sent events: one `data:` line of JSON per event, until the page or the server goes."""
-        try:
-            events = stream(params)
-        except BadRequest as e:
-            return self._json(HTTPStatus.BAD_REQUEST, {"error": str(e)})
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         self.close_connection = True
         try:
-            for event in events:
+            for event in stream(params):
                 if self.explorer.stopping.is_set():
                     break
                 self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
