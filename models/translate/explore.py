@@ -23,6 +23,7 @@ from tinygrad_tx.inspect import attention_maps
 from tinygrad_tx.inspect.explorer import BadRequest, Explorer, StepRecord, step_endpoints
 from tinygrad_tx.inspect.explorer.arrays import number
 
+from .cli import BEAM
 from .corpus import normalise
 from .data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
 from .evaluation import InputTooLong, encode_sources, translate
@@ -41,7 +42,7 @@ KEEP_ALIVE_S = 10.0
 def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
     """The explorer of a run directory; a missing or damaged run raises RunError before anything is served."""
     views = RunViews(open_run(directory, device))
-    return Explorer(get={**step_endpoints(views.step), "/api/info": views.info, "/api/metrics": views.metrics,
+    return Explorer(get={**step_endpoints(views.record), "/api/info": views.info, "/api/metrics": views.metrics,
                          "/api/checkpoint_attention": views.checkpoint_attention},
                     post={"/api/translate": views.translate},
                     streams={"/api/events/metrics": views.metric_events})
@@ -52,14 +53,14 @@ class RunViews:
 
     def __init__(self, run: Run):
         self.run = run
-        self.step = StepRecord(self._training_loss, ())
+        self.record = StepRecord(self._training_loss, ())
         self._models = {"best.npz": run.model}
 
     def info(self, params: dict) -> dict:
         settings = self.run.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
         return {"title": f"{self.run.directory.name}: {what}", "views": ["graph", "translate", "training", "compiled"],
-                "example": self.run.held_out("valid")[0][0], "beam": 4, "max_beam": MAX_BEAM}
+                "example": self.run.held_out("valid")[0][0], "beam": BEAM, "max_beam": MAX_BEAM}
 
     def _training_loss(self) -> tx.Tensor:
         """The loss of one training step on the first validation pairs (training mode, fixed seed)."""
@@ -79,7 +80,7 @@ class RunViews:
     def translate(self, params: dict) -> dict:
         """A sentence's pieces, its translation, the beam-search tree and every attention map; or,
         for a sentence the model cannot take, {"problem": why} (a fine request, with a sad answer)."""
-        text, beam = _text(params.get("sentence")), _beam(params.get("beam", 4))
+        text, beam = _text(params.get("sentence")), _beam(params.get("beam", BEAM))
         try:
             return self._translate(_sentence(text), beam)
         except (Untranslatable, InputTooLong) as e:

@@ -43,8 +43,8 @@ function foldTo(level) {
 function boxOf(node) {
   for (const c of node.scope) if (state.folded.has(c)) return c;
   if (node.kind === "op") return null;
-  const users = (state.users[node.id] || []).map(boxOf);  // a weight lives
-  return users.length && users.every((b) => b !== null && b === users[0]) ? users[0] : null;  // in its box
+  const users = (state.users[node.id] || []).map(boxOf);  // a weight used in one box only is drawn in it
+  return users.length && users.every((b) => b !== null && b === users[0]) ? users[0] : null;
 }
 
 // What is drawn: nodes and boxes, and the edges between them (each once).
