@@ -96,6 +96,7 @@ def test_backward_steps_are_the_engines_order_and_gradients(walkthrough_url):
 def test_broadcast_and_release_are_named():
     x = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True, name="x")
     b = Tensor(np.ones(3), requires_grad=True, name="b")
+
     def square(h):
         return (h * h).sum()
 
@@ -213,7 +214,7 @@ def test_attention_is_attention_maps(run_url, tiny_run):
     assert [layer["name"] for layer in page["attention"]] == list(maps)
     for layer in page["attention"]:
         np.testing.assert_allclose(layer["heads"], maps[layer["name"]][0].numpy()[0], rtol=1e-6, atol=1e-7)
-        assert len(layer["rows"]), len(layer["cols"]) == np.shape(layer["heads"])[1:]
+        assert (len(layer["rows"]), len(layer["cols"])) == np.shape(layer["heads"])[1:]  # a label per row and column
     cross = maps["decoder.layers.0.cross_attn"][0].numpy()[0]
     np.testing.assert_allclose(page["alignment"], cross.mean(axis=0), rtol=1e-6, atol=1e-7)
 

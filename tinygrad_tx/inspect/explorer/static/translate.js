@@ -82,12 +82,13 @@ function tree(t) {
 function attentionMaps(layers) {
   const holder = el("div", { id: "attention" });
   const show = (layer) => {
-    for (const b of buttons) b.classList.toggle("active", b.textContent === layer.name);
+    for (const b of buttons) b.classList.toggle("active", b.dataset.name === layer.name);
     grid.replaceChildren(...layer.heads.map((rows, h) => el("figure", { class: "head" },
       el("figcaption", {}, `head ${h}`),
       heatmap(rows, { unit: true, rowLabels: layer.rows, colLabels: layer.cols, cell: 16 }))));
   };
-  const buttons = layers.map((layer) => el("button", { title: layer.kind, onclick: () => show(layer) }, layer.name));
+  const buttons = layers.map((layer) => el("button", { "data-name": layer.name, onclick: () => show(layer) },
+                                           `${layer.name} (${layer.kind})`));
   const grid = el("div", { class: "heads" });
   holder.append(el("div", { class: "toolbar" }, buttons), grid);
   if (layers.length) show(layers[layers.length - 1]);
