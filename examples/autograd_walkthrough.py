@@ -6,6 +6,7 @@ visit it node by node, check every gradient against finite differences, catch
 a NaN at its source, and draw the graph and the attention weights:
 
     python examples/autograd_walkthrough.py [--out walkthrough_out]
+    python examples/autograd_walkthrough.py --explore    # the same, clickable, in the browser
 
 Everything is float64, so that the finite-difference check is exact to many digits.
 """
@@ -109,7 +110,14 @@ def plot_attention(weights: np.ndarray, path: Path) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="walkthrough_out", help="folder for graph.svg and attention.png")
-    out_dir = Path(parser.parse_args().out)
+    parser.add_argument("--explore", action="store_true",
+                        help="instead, serve all of it as one page in the browser (tx.inspect.explore)")
+    args = parser.parse_args()
+    if args.explore:
+        x, weights, target = inputs()
+        tx.inspect.explore(loss_of, x, *weights, target)
+        return
+    out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     x, (w_q, w_k, w_v, w_o), target = inputs()

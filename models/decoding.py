@@ -14,6 +14,7 @@ import numpy as np
 
 import tinygrad_tx as tx
 
+from .beam_tree import BeamTree
 from .masks import token_ids
 from .transformer import Transformer
 
@@ -53,7 +54,7 @@ def gnmt_penalty(length: np.ndarray | int, alpha: float) -> np.ndarray | float:
 
 @tx.no_grad()
 def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int,
-                beam_size: int = 4, length_penalty: float = 0.6) -> np.ndarray:
+                beam_size: int = 4, length_penalty: float = 0.6, record: BeamTree | None = None) -> np.ndarray:
     """Keep the `beam_size` best prefixes per source; return the best finished hypothesis.
 
     Prefixes are ranked by their log-probability; a hypothesis that ends with EOS
@@ -63,6 +64,9 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
     finished hypothesis: a prefix's log-probability only falls as it grows, so the most it
     can still score is its log-probability over the largest penalty it could reach. The
     search stops when every source is done (or at `max_len`).
+
+    `record`, a `BeamTree`, is given every candidate of every step (for the explorer's tree);
+    it only reads what the search computed anyway.
     """
     src, backend = token_ids(src, model.device), tx.get_backend(model.device)
     xp, B, K, pad = backend.xp, src.shape[0], beam_size, model.config.pad_id
@@ -85,6 +89,9 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
         finished.add(grown, top_scores / gnmt_penalty(length, length_penalty),
                      ends & (np.arange(2 * K) < K))
         live = np.argsort(ends, axis=-1, kind="stable")[:, :K]  # the best K that did not end
+        if record is not None:
+            record.step(beam, token, top_scores, live, ends & (np.arange(2 * K) < K),
+                        gnmt_penalty(length, length_penalty))
         prefixes = np.take_along_axis(grown, live[:, :, None], axis=1)  # (B, K, length)
         scores = np.take_along_axis(top_scores, live, axis=-1)
         reachable = max(gnmt_penalty(min(length + 1, max_len), length_penalty), gnmt_penalty(max_len, length_penalty))

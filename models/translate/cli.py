@@ -4,6 +4,7 @@
     python -m models evaluate --checkpoint runs/reverse --json
     python -m models translate --checkpoint runs/reverse "abcdef" --attention attention.png
     python -m models tasks
+    python -m models explore runs/reverse                # the browser explorer (graph, translate, training)
 
 Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
 print one line saying what is wrong and exit with status 2; nothing is overwritten.
@@ -111,7 +112,16 @@ def parser() -> argparse.ArgumentParser:
     corpus.add_argument("--tokenizer", choices=KINDS, default=defaults.tokenizer)
     corpus.add_argument("--vocab-size", type=int, default=None, help="default: what train would pick for the file")
     corpus.set_defaults(run=run_corpus)
-    for command in (train, evaluate, tr, tasks, corpus):
+
+    explore = sub.add_parser("explore", help="look inside a trained run in the browser: graph, backward, "
+                                             "translation, training")
+    explore.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by train")
+    explore.add_argument("--port", type=positive, default=None, help="default: a free one")
+    explore.add_argument("--host", default="127.0.0.1",
+                         help="default 127.0.0.1 (this machine only); another address lets others in")
+    explore.add_argument("--open", action="store_true", help="open the page in the default browser")
+    explore.set_defaults(run=run_explore)
+    for command in (train, evaluate, tr, tasks, corpus, explore):
         command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
         command.add_argument("--threads", type=positive, default=1,
                              help="BLAS threads (default 1: two processes with 2 threads each on 2 cores "
@@ -224,6 +234,16 @@ def run_translate(args: argparse.Namespace) -> None:
             print(f"cross-attention of {sentences[0]!r} written to {args.attention}", file=sys.stderr)
         else:
             print('matplotlib is not installed, so no picture: pip install "tinygrad-tx[viz]"', file=sys.stderr)
+
+
+def run_explore(args: argparse.Namespace) -> None:
+    from .explore import open_explorer
+
+    explorer = open_explorer(args.run_dir, args.device)  # a bad run directory stops here, before any server
+    try:
+        explorer.serve(args.host, args.port, args.open)
+    except OSError as e:  # the port is taken, the host is not this machine's
+        raise ValueError(f"cannot serve on {args.host}:{args.port or 'a free port'}: {e.strerror or e}") from None
 
 
 def run_corpus(args: argparse.Namespace) -> None:

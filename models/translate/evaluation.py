@@ -17,6 +17,7 @@ from tinygrad_tx.inspect import attention_maps
 from .corpus import normalise
 from .data import BOS_ID, EOS_ID, PAD_ID, Vocab, pad
 from .tokenization import Tokenizer
+from ..beam_tree import BeamTree
 from ..decoding import beam_search, greedy_decode
 from ..transformer import Transformer
 
@@ -38,11 +39,14 @@ def encode_sources(sentences: Sequence[str], vocab: Vocab, tokenizer: Tokenizer,
 
 
 def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tgt_vocab: Vocab,
-              tokenizers: tuple[Tokenizer, Tokenizer], beam: int = 1, batch_size: int = 256) -> list[str]:
+              tokenizers: tuple[Tokenizer, Tokenizer], beam: int = 1, batch_size: int = 256,
+              record: BeamTree | None = None) -> list[str]:
     """Translate sentences with greedy search (beam=1) or beam search.
 
     Each sentence is normalised first, exactly as the training corpus was; one without
     tokens translates to "" (a row of padding alone would make the model invent one).
+    `record` is handed to the beam search (see `BeamTree`); with it, beam=1 runs as a
+    beam search of width 1, which finds what greedy search finds.
     """
     max_len = model.config.max_len
     sentences = [normalise(s) for s in sentences]
@@ -52,8 +56,8 @@ def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tg
         batch = todo[start:start + batch_size]
         src = encode_sources([sentences[i] for i in batch], src_vocab, tokenizers[0], max_len - 2)
         limit = min(max_len - 1, 2 * src.shape[1] + 10)
-        if beam > 1:
-            ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam)
+        if beam > 1 or record is not None:
+            ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam, record=record)
         else:
             ids = greedy_decode(model, src, limit, BOS_ID, EOS_ID)
         for i, row in zip(batch, ids):

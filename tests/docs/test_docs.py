@@ -4,7 +4,8 @@ The pages are parsed with Sybil, the field's doc-testing library; each page is o
 test, its examples run in order in one namespace. The conventions a page follows:
 
 - A ```python block runs as written. A set-up the reader need not see goes in an
-  `<!-- invisible-code-block: python -->` comment (Sybil's own directive).
+  `<!-- invisible-code-block: python -->` comment, and a block that cannot run here
+  (it starts a server) follows `<!-- skip: next -->` (Sybil's own directives).
 - An ```output block right after a python block is what that block prints; it is
   compared with the real output (doctest's rules: `...` matches anything, runs of
   spaces are one space).
@@ -33,7 +34,7 @@ from pathlib import Path
 import pytest
 from sybil import Sybil
 from sybil.evaluators.python import PythonEvaluator
-from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser
+from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -68,7 +69,7 @@ def compare_output(example) -> str | None:
 def sybil_for(page: Path) -> Sybil:
     python = PythonCodeBlockParser()
     python.codeblock_parser = CodeBlockParser("python", Printing(()))
-    return Sybil(parsers=[python, CodeBlockParser("output", compare_output)], path=str(page.parent),
+    return Sybil(parsers=[python, CodeBlockParser("output", compare_output), SkipParser()], path=str(page.parent),
                  patterns=[page.name])
 
 

@@ -6,7 +6,8 @@
 - `trace_backward()`: every node backward visits, in order, with its gradients;
 - `detect_anomaly()`: the first NaN or Inf, with its op and line;
 - `profile()`: time and memory per op;
-- `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`.
+- `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`;
+- `explore(fn, *args)`: all of the above for one call of `fn`, in a browser page.
 
 All of them observe the engine through one list of observers (see `instrument.py`),
 which is empty, and so free, unless one of them is active.
@@ -18,6 +19,17 @@ from .modules import ModuleCall, attention_maps, name_parameters, record_modules
 from .profiler import OpStats, profile
 from .trace import trace_backward
 
+
+
+def explore(fn, *args, port: int | None = None, open: bool = False, host: str = "127.0.0.1") -> None:
+    """Serve a browser page about one call `fn(*args)`: its graph, backward step by step, its
+    compiled form (see `tinygrad_tx.inspect.explorer`, imported here only when used: the web
+    server's modules would slow down every `import tinygrad_tx`)."""
+    from .explorer import explore as serve
+
+    serve(fn, *args, port=port, open=open, host=host)
+
+
 __all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",
            "detect_anomaly", "AnomalyError", "profile", "OpStats", "record_modules", "ModuleCall",
-           "name_parameters", "attention_maps", "Instrument"]
+           "name_parameters", "attention_maps", "Instrument", "explore"]

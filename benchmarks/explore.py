@@ -1,0 +1,155 @@
+"""How live the explorer feels: page ready, a backward step, a beam-4 translation, a big graph.
+
+    python benchmarks/explore.py [--run runs/grammar] [--chromium /usr/bin/chromium] [--skip-m]
+
+Measured in headless Chromium (Playwright), as a user meets them:
+- page ready: from opening the address to the first view drawn, for the autograd
+  walkthrough's step graph (the toy graph) and for the M config's training step
+  (thousands of ops, drawn with its modules folded, as the page starts);
+- a backward step: from the key press to the step's panel (with its heat-maps) drawn;
+- translation: a 10-word sentence with beam 4, the server's time and the page's.
+Without --run, a tiny `grammar` run is trained first (its sentences are words).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import tinygrad_tx as tx  # noqa: E402
+import tinygrad_tx.functional as F  # noqa: E402
+from autograd_walkthrough import inputs, loss_of  # noqa: E402
+from models import Transformer  # noqa: E402
+from tinygrad_tx.inspect.explorer import Explorer, explorer_for  # noqa: E402
+
+SENTENCE = "the small cat eats the red apple and the big dog"  # 10 words of the grammar task (or near)
+M = dict(d_model=256, heads=8, layers=3, d_ff=1024, vocab=8000, batch=32, length=64)  # benchmarks/train_step.py
+
+
+def serve(explorer: Explorer) -> tuple[str, callable]:
+    server = explorer.server("127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/", server.shutdown
+
+
+def page_ready(browser, url: str, repeat: int = 3) -> float:
+    """Median seconds from goto to the first view drawn (a fresh tab each time)."""
+    times = []
+    for _ in range(repeat):
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        started = time.perf_counter()
+        page.goto(url)
+        page.wait_for_selector("body[data-ready]", timeout=120_000)
+        times.append(time.perf_counter() - started)
+        page.close()
+    return statistics.median(times)
+
+
+def backward_steps(browser, url: str, steps: int = 10) -> float:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]")
+    times = []
+    for n in range(1, steps + 1):
+        started = time.perf_counter()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_selector(f"#panel h2:text-matches('^backward step {n}:')")
+        page.wait_for_selector("#panel svg.heat")
+        times.append(time.perf_counter() - started)
+    page.close()
+    return statistics.median(times)
+
+
+def unfold(browser, url: str, box: str | None) -> float:
+    """Seconds from a click (on the box named `box`, or on "unfold all") to the graph redrawn."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]")
+    before = page.locator("#graph .node").count()
+    started = time.perf_counter()
+    if box is None:
+        page.click("#unfold")
+    else:
+        page.locator("#graph .node.module", has_text=box).first.dispatch_event("click")
+    while page.locator("#graph .node").count() == before:  # (the page's CSP refuses wait_for_function's eval)
+        page.wait_for_timeout(5)
+    seconds = time.perf_counter() - started
+    page.close()
+    return seconds
+
+
+def m_config_loss() -> tx.Tensor:
+    rng = np.random.default_rng(0)
+    model = Transformer(M["vocab"], M["vocab"], d_model=M["d_model"], num_heads=M["heads"],
+                        num_encoder_layers=M["layers"], num_decoder_layers=M["layers"], d_ff=M["d_ff"])
+    ids = lambda: rng.integers(3, M["vocab"], size=(M["batch"], M["length"]))  # noqa: E731
+    return F.cross_entropy(model(ids(), ids()), ids())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", help="a trained run directory (default: train a tiny grammar run)")
+    parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    parser.add_argument("--skip-m", action="store_true", help="leave out the M config's graph")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from models.translate.explore import open_explorer
+
+    run = args.run
+    if run is None:
+        run = str(Path(tempfile.mkdtemp()) / "grammar")
+        subprocess.run([sys.executable, "-m", "models", "train", "--task", "grammar", "--out", run, "--steps", "300",
+                        "--d-model", "64", "--layers", "2", "--eval-every", "300"], check=True,
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
+        x, weights, target = inputs()
+        toy, stop_toy = serve(explorer_for(loss_of, x, *weights, target))
+        print(f"toy step graph: page ready {page_ready(browser, toy):.2f} s (goal 2 s)")
+        print(f"a backward step, key to panel drawn: {backward_steps(browser, toy) * 1e3:.0f} ms (goal 100 ms)")
+        stop_toy()
+
+        explorer = open_explorer(run)
+        server_times = [explorer.post["/api/translate"]({"sentence": SENTENCE, "beam": 4})["seconds"] for _ in range(5)]
+        url, stop_run = serve(explorer)
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_selector("body[data-ready]")
+        page.click("#tab-translate")
+        page.fill("#sentence", SENTENCE)
+        started = time.perf_counter()
+        page.click("#translate-form button")
+        page.wait_for_selector("#attention svg.heat")
+        in_page = time.perf_counter() - started
+        print(f"beam-4 translation of a 10-word sentence: {statistics.median(server_times) * 1e3:.0f} ms on the "
+              f"server, {in_page * 1e3:.0f} ms to the page with tree and attention drawn (goal 1 s)")
+        stop_run()
+
+        if not args.skip_m:
+            started = time.perf_counter()
+            explorer = explorer_for(m_config_loss)
+            recorded = time.perf_counter() - started
+            nodes = len(explorer.get["/api/graph"]({})["nodes"])
+            url, stop_m = serve(explorer)
+            print(f"M config step graph: {nodes} nodes, recorded with backward in {recorded:.1f} s; page ready "
+                  f"(modules folded) {page_ready(browser, url, repeat=1):.2f} s")
+            print(f"  opening the encoder's box {unfold(browser, url, 'encoder'):.2f} s, "
+                  f"every box {unfold(browser, url, None):.2f} s")
+            stop_m()
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Fixtures of the explorer's tests: a tiny trained run, and an explorer serving in a thread."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tinygrad_tx.inspect.explorer import Explorer
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["--steps", "300", "--eval-every", "100", "--d-model", "32", "--heads", "2", "--layers", "1",
+        "--d-ff", "64", "--n-train", "2000", "--batch-size", "32", "--lr", "3e-3", "--log-every", "10"]
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "models", *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A run of the reverse task that trains in seconds (and then reverses short strings), once per session."""
+    out = tmp_path_factory.mktemp("explore") / "reverse"
+    done = run_cli("train", "--task", "reverse", "--out", str(out), *TINY)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@contextmanager
+def serving(explorer: Explorer) -> Iterator[str]:
+    """Serve `explorer` on a free port of 127.0.0.1 in a thread; yields the page's address."""
+    server = explorer.server("127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        explorer.stopping.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def run_explorer(tiny_run):
+    from models.translate.explore import open_explorer
+
+    return open_explorer(tiny_run)
+
+
+@pytest.fixture(scope="session")
+def run_url(run_explorer) -> Iterator[str]:
+    with serving(run_explorer) as url:
+        yield url

@@ -1,0 +1,96 @@
+// The translate view: a sentence's pieces, the beam search as a tree, and every attention map.
+// The server translates (the CLI's own `translate`) and records the search; this file draws.
+import { api } from "./explore.js";
+import { edgePath, el, fmt, heatmap, layout, panZoom, svg } from "./draw.js";
+
+export function showTranslate(root, info) {
+  const input = root.querySelector("#sentence"), beam = root.querySelector("#beam");
+  input.value = info.example || "";
+  beam.max = info.max_beam;
+  beam.value = info.beam;
+  root.querySelector("#translate-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const message = root.querySelector("#translate-message");
+    message.hidden = true;
+    try {
+      const answer = await api("/api/translate", { sentence: input.value, beam: Number(beam.value) });
+      if (answer.problem) throw new Error(answer.problem);
+      draw(root, answer);
+    } catch (error) {
+      message.textContent = error.message;
+      message.hidden = false;
+      root.querySelector("#translation").replaceChildren();
+    }
+  });
+}
+
+function draw(root, t) {
+  const out = root.querySelector("#translation");
+  const alignment = el("div", { class: "alignment" });
+  out.replaceChildren(
+    el("h3", {}, "pieces the model reads"),
+    el("div", { class: "pieces" }, t.pieces.map((p) => el("span", {
+      class: `piece${p.known ? "" : " unknown"}`, title: p.known ? `id ${p.id}` : "never seen in training: read as <unk>",
+    }, p.piece, el("sub", {}, p.id)))),
+    el("h3", {}, `translation (beam ${t.beam}, ${(t.seconds * 1000).toFixed(0)} ms)`),
+    el("p", {}, el("span", { id: "output", class: "output" }, t.output),
+      t.output ? null : el("span", { class: "note" }, "(nothing: the model's best guess is to stop at once)")),
+    el("h3", {}, "which source pieces each output piece looked at (cross-attention, last layer, mean of heads)"),
+    el("div", { class: "pieces" }, t.output_pieces.map((p, i) => el("button", {
+      class: "piece", onclick: () => align(alignment, t, i) }, p))),
+    alignment,
+    el("h3", {}, "beam search: every candidate of every step"),
+    el("p", { class: "note" }, "green: kept live · double border: finished (score / length penalty) · grey: pruned · bold: the winner"),
+    tree(t),
+    el("h3", {}, "attention, every layer and head (rows: the position producing a piece; columns: what it looks at)"),
+    attentionMaps(t.attention));
+  align(alignment, t, 0);
+}
+
+function align(holder, t, i) {
+  const row = t.alignment[i] || [];
+  holder.replaceChildren(el("span", { class: "note" }, `${t.output_pieces[i]} ←`),
+    ...t.pieces.map((p, j) => el("span", { class: "piece", style: `background: rgba(40, 80, 180, ${row[j] ?? 0})`,
+                                            title: fmt(row[j]) }, p.piece)));
+}
+
+function tree(t) {
+  const winners = new Set(t.winner);
+  const nodes = [{ id: "root", lines: ["<bos>", "0"] }].concat(t.tree.map((n) => ({
+    id: n.id, node: n, lines: [n.piece, n.final !== undefined ? `${fmt(n.score)} → ${fmt(n.final)}` : fmt(n.score)] })));
+  const sized = nodes.map((n) => ({ id: n.id, width: 16 + 7 * Math.max(...n.lines.map((l) => l.length)), height: 32 }));
+  const placed = layout(sized, t.tree.map((n) => [n.parent, n.id]), { rankdir: "LR", nodesep: 6, ranksep: 26 });
+  const g = svg("g");
+  for (const e of placed.edges) {
+    g.append(svg("path", { class: `edge${winners.has(e.to) ? " winner" : ""}`, d: edgePath(e.points) }));
+  }
+  for (const n of nodes) {
+    const p = placed.nodes[n.id];
+    const cls = n.node ? `${n.node.state}${winners.has(n.id) ? " winner" : ""}` : "live winner";
+    g.append(svg("g", { class: `hyp ${cls}`, "data-id": n.id, transform: `translate(${p.x - p.width / 2}, ${p.y - p.height / 2})` },
+      svg("rect", { width: p.width, height: p.height, rx: 5 }),
+      svg("text", { x: p.width / 2, y: 13, "text-anchor": "middle" }, n.lines[0]),
+      svg("text", { x: p.width / 2, y: 26, "text-anchor": "middle", class: "sub" }, n.lines[1]),
+      svg("title", {}, n.node ? `step ${n.node.step}, ${n.node.state}, log p ${fmt(n.node.score)}` : "the start")));
+  }
+  const picture = svg("svg", { class: "tree", width: "100%", height: Math.min(520, placed.height + 20) }, g);
+  const holder = el("div", { id: "beam-tree", class: "canvas" }, picture);
+  requestAnimationFrame(() => panZoom(picture, g, placed.width, placed.height).fit());
+  return holder;
+}
+
+function attentionMaps(layers) {
+  const holder = el("div", { id: "attention" });
+  const show = (layer) => {
+    for (const b of buttons) b.classList.toggle("active", b.dataset.name === layer.name);
+    grid.replaceChildren(...layer.heads.map((rows, h) => el("figure", { class: "head" },
+      el("figcaption", {}, `head ${h}`),
+      heatmap(rows, { unit: true, rowLabels: layer.rows, colLabels: layer.cols, cell: 16 }))));
+  };
+  const buttons = layers.map((layer) => el("button", { "data-name": layer.name, onclick: () => show(layer) },
+                                           `${layer.name} (${layer.kind})`));
+  const grid = el("div", { class: "heads" });
+  holder.append(el("div", { class: "toolbar" }, buttons), grid);
+  if (layers.length) show(layers[layers.length - 1]);
+  return holder;
+}
