@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..autograd import Function
 from ..tensor import Tensor
-from .reduce import column_sums
+from .kernels import column_sums
 
 
 class Add(Function):

@@ -18,7 +18,7 @@ from .. import autograd
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
-from .reduce import row_dots, row_max, row_sums
+from .kernels import row_dots, row_max, row_sums
 from .select import as_mask
 
 

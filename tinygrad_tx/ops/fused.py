@@ -8,7 +8,7 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
-from .reduce import column_dots, column_sums, row_dots, row_sums
+from .kernels import column_dots, column_sums, row_dots, row_sums
 
 
 class Softmax(OnceDifferentiable):

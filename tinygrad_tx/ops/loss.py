@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import as_ids
-from .reduce import row_sums
+from .kernels import row_sums
 from .select import check_range
 
 REDUCTIONS = ("mean", "sum", "none")
