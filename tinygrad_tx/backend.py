@@ -10,32 +10,20 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 from typing import Any
 
 import numpy as np
 
-from . import host_kernels
+from . import host_kernels, observers
+from .observers import replayable
 
 INSTALL_HINT = 'pip install "tinygrad-tx[cuda]"'
 
 
 class DeviceError(RuntimeError):
     """Raised when a device is unknown, unavailable, or mixed within one op."""
-
-
-def _replayable(function):
-    """`autograd.replayable` for this module, which autograd imports, so it is looked up at call
-    time: a reseeding is shown to instruments, and `tx.jit` reseeds again at each replay."""
-
-    @functools.wraps(function)
-    def announced(*args, **kwargs):
-        from .autograd import replayable
-        return replayable(function)(*args, **kwargs)
-
-    return announced
 
 
 class Backend:
@@ -73,7 +61,7 @@ class Backend:
         self._scatter_add(target, index, values)
 
     # -- random numbers ------------------------------------------------------------
-    @_replayable
+    @replayable  # shown to instruments: `tx.jit` reseeds again at each replay
     def seed(self, seed: int) -> None:
         """Reseed this device's generator (dropout's masks)."""
         self.rng = self._generator(seed)
@@ -212,13 +200,11 @@ def backend_of(array: Any) -> Backend:
 def host_rng() -> np.random.Generator:
     """The host generator parameters are drawn from, so one seed gives one model on every device.
     Each use is shown to instruments as numbers made outside ops (`tx.jit` refuses it)."""
-    from .autograd import show_read  # here: autograd imports this module
-
-    show_read(None, "drawn from the host generator (nn.init, tx.randn)")
+    observers.show_read(None, "drawn from the host generator (nn.init, tx.randn)")
     return _host_rng
 
 
-@_replayable
+@replayable
 def manual_seed(seed: int) -> None:
     """Seed the host generator and every backend's generator (also those loaded later)."""
     global _seed, _host_rng

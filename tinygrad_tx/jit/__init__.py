@@ -52,7 +52,7 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
-- Changes made outside ops and replayable calls raise `JitError` (`autograd.show_side_effect`):
+- Changes made outside ops and replayable calls raise `JitError` (`observers.show_side_effect`):
   a hook registered on a leaf, an instrument turned on; and, found at the end of the
   recording, `t.data = ...` (an EMA, `load_state_dict`, `.to()`) on an argument, a tensor an
   op used, or a tensor of a module in reach or called. Host randomness (`nn.init`,
@@ -126,7 +126,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, observers
 from ..nn import Module
 from ..tensor import Tensor
 from .record import JitError, Recorder, check_same, record
@@ -159,7 +159,7 @@ class Jitted:
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if autograd._observers and any(type(o) is Recorder for o in autograd._observers):
+        if any(type(o) is Recorder for o in observers.active):
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
         if self._modules is None:  # at the first call, not in jit(): globals defined after the decorator exist now
             reach = _in_reach(self.fn)

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import autograd
+from .. import observers
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
@@ -136,6 +136,5 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, cau
     keep = attention_keep(q.backend, mask, causal, q.shape[-2], k.shape[-2])
     weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
         q.backend.xp, q.data, k.data, keep, scale)
-    if autograd._observers:
-        autograd.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
+    observers.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
     return out, Tensor._from_op(weights, q.backend)

@@ -25,6 +25,7 @@ class CrossEntropy(OnceDifferentiable):
     forward reads them for the max, the shift, the exponentials and their sum; backward
     writes the gradient once and fixes the N target entries."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("count", "e", "log_z", "rows", "target", "keep", "eps", "reduction")
 
     def forward(self, logits, target, ignore_index, label_smoothing, reduction):

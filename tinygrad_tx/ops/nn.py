@@ -35,6 +35,7 @@ class Embedding(OnceDifferentiable):
     forward, so that a `tx.jit` replay checks each call's ids (NumPy would wrap a negative
     one around silently, CuPy any bad one)."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("padding_idx",)
 
     def forward(self, weight, ids, padding_idx):

@@ -12,6 +12,7 @@ from ..autograd import Function, sum_to
 
 
 class Sum(Function):
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
 
     def forward(self, x, axis, keepdims):
@@ -25,6 +26,7 @@ class Sum(Function):
 class Max(Function):
     """Maximum; the gradient goes to the maximal elements, split evenly between ties."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis", "share")
 
     def forward(self, x, axis, keepdims):
@@ -40,6 +42,8 @@ class Max(Function):
 
 class Expand(Function):
     """Broadcast to a larger shape (a read-only view: no memory is copied)."""
+
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, shape):
         return self.xp.broadcast_to(x, shape)

@@ -20,6 +20,7 @@ class Getitem(Function):
     """`x[index]`; `ranges` lists (position in `index`, axis) of each integer array, checked
     here, in forward, because ids are values: a `tx.jit` replay checks each call's ids too."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
 
     def forward(self, x, index, advanced, ranges):
@@ -47,6 +48,7 @@ def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool
 class ScatterAdd(Function):
     """Getitem's gradient as an op (used under create_graph); its own gradient is Getitem."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
 
     def forward(self, g, shape, index, advanced):
