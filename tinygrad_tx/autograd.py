@@ -61,9 +61,11 @@ The engine's side
 =================
 One backward, two readings: the ordinary backward runs each op's formula on raw
 arrays (fast, no graph); `create_graph=True` runs the same lines on Tensors. The
-engine, not each op, undoes broadcasting and checks every gradient, walks the
-graph in topological order without recursion, and releases each node after use
-unless `retain_graph=True`.
+walk itself is decided first, as data (`tinygrad_tx/plan.py`, `tx.backward_plan`):
+the nodes in topological order, where each gradient goes, where fan-out adds and
+broadcasting is undone, when each node is released and each leaf delivered.
+`run_plan` below then runs it, checking every gradient's count, shape and dtype
+and refusing inputs changed since forward.
 
 `tensor.py` and this module need each other (an op makes a Tensor; a Tensor's
 methods apply ops), and `ops/` needs both: this module is imported first, and
@@ -160,8 +162,10 @@ class Function:
 
     def release(self) -> None:
         """Forget the inputs and the saved values, so their memory can be freed."""
-        for name in ("inputs", "arrays", *self.saved):
-            self.__dict__.pop(name, None)
+        held = self.__dict__
+        held.pop("inputs", None), held.pop("arrays", None)
+        for name in self.saved:
+            held.pop(name, None)
         self.released = True
 
     @classmethod
@@ -269,6 +273,7 @@ def run_plan(plan: BackwardPlan, seed: Any, backend, create_graph: bool = False,
     pending = [None] * len(nodes)  # step -> the gradient of its node's output, summed so far
     with LeafSink(plan.leaves, backend, create_graph, inputs) as sink, \
             enable_grad() if create_graph else no_grad():
+        arrived = sink.grads  # leaf -> its gradient, summed so far
         if nodes:
             pending[0] = seed
         else:
@@ -281,21 +286,25 @@ def run_plan(plan: BackwardPlan, seed: Any, backend, create_graph: bool = False,
                 if inputs is not None:
                     sink.capture(fn, g)
                 start = perf_counter() if observers.active else None
-                grads = _input_grads(fn, g, create_graph)
+                grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
+                if len(grads) != len(fn.inputs):
+                    _refuse_count(fn, grads)
+                for t, array in zip(fn.inputs, fn.arrays):
+                    if t.data is not array or t._version > fn.seq:
+                        _refuse_changed(fn, t)
+                sent = [None] * len(grads) if start is not None else None
                 for k, to, leaf, shape in routes[i]:
                     gt, array = grads[k], fn.arrays[k]
                     if gt is None:
                         continue
                     if gt.shape != array.shape or gt.dtype is not array.dtype:
-                        grads[k] = gt = _fit(fn, gt, array, shape)
-                    if leaf:
-                        sink.add(to, gt)
-                    elif pending[to] is not None:
-                        pending[to] = pending[to] + gt  # fan-out: the uses add up
-                    else:
-                        pending[to] = gt
+                        gt = _fit(fn, gt, array, shape)
+                    sums = arrived if leaf else pending
+                    sums[to] = gt if sums[to] is None else sums[to] + gt  # fan-out: the uses add up
+                    if sent is not None:
+                        sent[k] = gt
                 if start is not None:
-                    _show_sent(fn, g, grads, routes[i], perf_counter() - start)
+                    observers.show_backward(fn, g, sent, perf_counter() - start)
             if release:
                 fn.release()
             if delivers and i in delivers and inputs is None:
@@ -304,31 +313,16 @@ def run_plan(plan: BackwardPlan, seed: Any, backend, create_graph: bool = False,
         return sink.finish()
 
 
-def _input_grads(fn: Function, g: Any, create_graph: bool) -> list:
-    """`fn.backward`: one gradient per input, in a list, each input checked unchanged since forward."""
-    grads = list(fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g))
-    if len(grads) != len(fn.inputs):
-        raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
-                           f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
-    for t, array in zip(fn.inputs, fn.arrays):
-        if t.data is not array or t._version > fn.seq:
-            _refuse_changed(fn, t)
-    return grads
-
-
-def _show_sent(fn: Function, g: Any, grads: list, routes: tuple, seconds: float) -> None:
-    """Show observers a step: what it sent to each input (None where nothing)."""
-    sent = [None] * len(grads)
-    for k, *_ in routes:
-        sent[k] = grads[k]
-    observers.show_backward(fn, g, sent, seconds)
+def _refuse_count(fn: Function, grads: tuple) -> None:
+    """Refuse a backward that did not return one gradient per input."""
+    raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
+                       f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
 
 
 def _refuse_changed(fn: Function, t: "Tensor") -> None:
     """Refuse an input whose data was replaced or updated in place after `fn` used it."""
-    raise RuntimeError(
-            f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
-            "gradient would be wrong. Change tensors only after backward, or work on a copy")
+    raise RuntimeError(f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
+                       "gradient would be wrong. Change tensors only after backward, or work on a copy")
 
 
 def _fit(fn: Function, gt: Any, array: Any, shape: tuple | None) -> Any:

@@ -118,11 +118,13 @@ class BackwardPlan:
     def format(self, node_name: Callable[[PlanStep], str] = operator.attrgetter("op"),
                leaf_name: Callable[[Any], str] | None = None) -> str:
         """The plan as text, one line a step; `node_name`, `leaf_name` say how to call them."""
-        leaf_name = leaf_name or _leaf_name
-        leaves = [leaf_name(t) for t in self.leaves]
-        root = f"{node_name(self.steps[0])}: {len(self.steps)} steps" if self.steps else "a leaf: no steps"
-        released = "kept (retain_graph)" if self.retain_graph else "released after its step"
-        lines = [f"backward from {root}, {len(leaves)} leaves; each node's saved arrays {released}"]
+        leaves = [(leaf_name or _leaf_name)(t) for t in self.leaves]
+        if not self.steps:
+            return f"backward from a leaf: no steps; its gradient goes to {leaves[0]}'s .grad"
+        kept = "kept (retain_graph)" if self.retain_graph else "released after its step"
+        lines = [f"backward from {node_name(self.steps[0])}: {len(self.steps)} steps, {len(leaves)} leaves; "
+                 f"each node's saved arrays {kept}",
+                 f"{'step':>4}  {'node':<14}{'gets':<14}sends"]
         for i, step in enumerate(self.steps):
             if step.freed:
                 lines.append(f"{i:>4}  {node_name(step):<14}freed by an earlier backward: this walk cannot run")
@@ -132,13 +134,15 @@ class BackwardPlan:
                 where = f"leaf {leaves[r.to]}" if r.leaf else f"step {r.to} ({node_name(self.steps[r.to])})"
                 summed = f" sum_to {r.sum_to}" if r.sum_to is not None else ""
                 sends.append(f"g{r.input}{summed} {'+=' if r.accumulates else '->'} {where}")
-            lines.append(f"{i:>4}  {node_name(step):<14}{str(step.shape):<14}" + ("; ".join(sends) or "(sends nothing)"))
+            lines.append(f"{i:>4}  {node_name(step):<14}{str(step.shape):<14}" + ("; ".join(sends) or "(nothing)"))
             if step.delivers:
-                lines.append(f"{'':<20}then delivers {', '.join(leaves[k] for k in step.delivers)} "
-                             "(post-accumulate-grad hooks)")
+                lines.append(f"{'':<20}then to .grad: {', '.join(leaves[k] for k in step.delivers)} "
+                             "(post-accumulate-grad hooks; no later step sends more)")
         rest = [leaves[k] for k in range(len(leaves)) if not any(k in s.delivers for s in self.steps)]
-        lines.append(f"then delivers {', '.join(rest) or 'nothing more'} to .grad, in this order; "
-                     "+= marks a gradient added to one that arrived before (fan-out)")
+        if rest:
+            lines.append(f"at the end, to .grad in this order: {', '.join(rest)}")
+        lines.append("(gN: the gradient backward returns for input N; += adds it to one that arrived "
+                     "before (fan-out); sum_to sums a broadcast back to the input's shape)")
         return "\n".join(lines)
 
     __str__ = format
@@ -188,23 +192,25 @@ def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
             routes.append(())
             continue
         shape, broadcasts, sends = shapes[i], fn.broadcasts, []
-        for k, (t, array) in enumerate(zip(fn.inputs, fn.arrays)):
+        for k, t in enumerate(fn.inputs):
             if not t.requires_grad:
                 continue
-            producer, input_shape = t.grad_fn, array.shape
-            if producer is None:
-                to = leaf_number.get(id(t))
+            producer = t.grad_fn
+            if producer is not None:
+                to, leaf = number[producer], False
+                if shapes[to] is None:
+                    shapes[to] = fn.arrays[k].shape
+            else:
+                to, leaf = leaf_number.get(id(t)), True
                 if to is None:
                     to = leaf_number[id(t)] = len(leaves)
                     leaves.append(t)
                 if t._ready_hooks:
                     last_use[to] = i
+            if broadcasts and fn.arrays[k].shape != shape:  # the input's shape, as forward saw it
+                sends.append((k, to, leaf, fn.arrays[k].shape))
             else:
-                to = number[producer]
-                if shapes[to] is None:
-                    shapes[to] = input_shape
-            summed = input_shape if broadcasts and input_shape != shape else None
-            sends.append((k, to, producer is None, summed))
+                sends.append((k, to, leaf, None))
         routes.append(sends)
     delivers: dict[int, tuple] = {}
     for leaf, i in last_use.items():
