@@ -1,5 +1,5 @@
 """tinygrad_tx: a small reverse-mode autograd engine on NumPy (CPU) or CuPy (GPU),
-written to be read. Start with `tensor.py` and `autograd.py`, then `ops/`."""
+written to be read. Start with `tensor.py`, `autograd.py` and `plan.py`, then `ops/`."""
 from .autograd import REGISTRY, enable_grad, grad, is_grad_enabled, no_grad
 from .backend import DeviceError, default_device, get_backend, manual_seed, set_device
 from .creation import arange, ones, randn, zeros

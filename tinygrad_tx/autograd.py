@@ -125,6 +125,13 @@ def is_grad_enabled() -> bool:
     return _grad_enabled
 
 
+def set_grad_enabled(mode: bool) -> None:
+    """Turn graph recording on or off for good (PyTorch's function of the same name); prefer
+    `no_grad` and `enable_grad`, which restore the mode they found."""
+    global _grad_enabled
+    _grad_enabled = bool(mode)
+
+
 class Function:
     """One differentiable op (see "How to add an op" above). Subclasses register by name.
 
@@ -201,7 +208,7 @@ class Function:
 
 def op_error(e: Exception, op: str, shapes: Sequence[tuple]) -> Exception:
     """`e` with the op and its input shapes named, not just NumPy's words; unchanged if an
-    op inside this one (a jit replay runs many) already named itself. Its traceback still
+    op inside this one (a replayed program runs many) already named itself. Its traceback still
     shows where the error arose."""
     if getattr(e, "op_named", False):
         return e

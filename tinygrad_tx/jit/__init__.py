@@ -21,19 +21,19 @@ this file can replay:
 - each op's forward (`op`): its Function class, its params, and where each input
   comes from: a *slot* written by an earlier op, an argument, a captured tensor
   (a parameter: its `.data` is read live at each call) or a constant;
-- each backward (`backward_begin` ... `backward_end`): from the recorded inputs
-  of each op the record derives the walk the engine would make (nodes in the
-  same order, each gradient routed to its producer or to a leaf, summed on
-  fan-out in the same order, summed back over broadcast axes), so no sort, no
-  checks, no Tensors are left for the replay;
+- each backward (`backward_begin` ... `backward_end`): the engine's own plan of
+  the walk (`tx.backward_plan`: steps in order, each gradient routed to its
+  producer or to a leaf, summed on fan-out in the same order, summed back over
+  broadcast axes), kept with op and leaf numbers in place of this call's objects,
+  so no sort, no checks, no Tensors are left for the replay;
 - each call that changes state outside the graph (`call`: `optimizer.step()`,
   `zero_grad()`, `clip_grad_norm`, `schedule.step()`): made again, as it was;
 - each read of a value on the host (`read`: `item()`, `numpy()`, printing): refused.
 
 A replay is then a straight-line program over a list of arrays: make each op's
-Function object, call its `forward` on arrays, call its `backward` on arrays in
-the recorded order, drop every array after its last use (the graph walk's
-releasing, planned once), and make the recorded calls. That program is written
+Function object, call its `forward` on arrays, run each recorded plan's steps
+on arrays, drop every array after its last use (where the plan releases a node,
+its last-used arrays go too), and make the recorded calls. That program is written
 out as Python source once per record and compiled (`codegen.py`), so a replay
 does not even pay for interpreting the record: `step.tape(x).source()` prints
 it. Randomness is no

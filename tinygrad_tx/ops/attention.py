@@ -63,8 +63,8 @@ def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
     """The keep-mask (or None): `mask`, and the causal rule if `causal`.
 
     Combined inside the op rather than by its caller, so that the combination of a
-    padding mask made from this call's ids is part of the op (`tx.jit` replays it),
-    not an array fixed by whoever recorded it.
+    padding mask made from this call's ids is part of the op's forward, made again
+    whenever forward runs, not an array computed once outside it.
     """
     if not causal:
         return mask

@@ -34,7 +34,7 @@ class CrossEntropy(OnceDifferentiable):
         keep = flat_target != ignore_index if ignore_index is not None else None  # (N,)
         if keep is not None:
             flat_target = xp.where(keep, flat_target, 0)  # ignored ids may be anything, even out of range
-        check_range(flat_target, C, "cross_entropy: id")  # here, so a jit replay checks each call's ids
+        check_range(flat_target, C, "cross_entropy: id")  # ids are values: checked where values are
         shifted = (logits - logits.max(axis=-1, keepdims=True)).reshape(-1, C)  # (N, C)
         picked = shifted[rows, flat_target]  # (N,) the target's shifted logit
         # row sums by BLAS, 3× faster than NumPy's reduce on the (N, C) rows here

@@ -18,7 +18,7 @@ from ..tensor import Tensor
 
 class Getitem(Function):
     """`x[index]`; `ranges` lists (position in `index`, axis) of each integer array, checked
-    here, in forward, because ids are values: a `tx.jit` replay checks each call's ids too."""
+    here, in forward, because ids are values: whatever runs forward checks each call's ids."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
@@ -143,7 +143,7 @@ def as_mask(mask: Any, backend: Backend, op: str) -> Any:
 class Compare(Function, register=False):
     """`a < b`, `a != b`, `a & b`, `~a`, ...: a boolean result with no gradient, so Tensor
     applies it to detached inputs and no node is recorded. It is an op all the same, so that
-    instruments see masks being made from inputs (`tx.jit` replays them with new ids)."""
+    instruments see masks being made from inputs (a recording replays them with new ids)."""
 
     def forward(self, *arrays, operator):
         return operator(*arrays)
