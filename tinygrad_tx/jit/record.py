@@ -120,7 +120,6 @@ class Recorder(Instrument):
         self.captured_slots: set[int] = set()
         self.arg_number = {id(t): i for i, t in enumerate(tensors)}
         self.alive: list = []  # everything whose id is a key above, so that no id is reused meanwhile
-        self.eager_fns: list = []
         self.consumed: set[int] = set()  # ops walked by a backward inside the function
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
@@ -208,7 +207,7 @@ class Recorder(Instrument):
         op = Op(index, type(fn), fn.backend, ins, dict(params), dynamic or None, out, needs_grad)
         self.tape.ops.append(op)
         self.entry_of[id(fn)] = index
-        self.eager_fns.append(fn)
+        self.alive.append(fn)
         if self.tape.program and type(self.tape.program[-1]) is list:
             self.tape.program[-1].append(op)
         else:
