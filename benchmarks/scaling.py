@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from steps import CONFIGS, PAD, make_batch
+from common import CONFIGS, PAD, make_batch
 
 LINKS = {"10 Gbit/s": (10e9 / 8, 25e-6), "100 Gbit/s": (100e9 / 8, 3e-6)}  # bytes/s, α
 STRONG_GLOBAL_BATCH = 64

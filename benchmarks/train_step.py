@@ -32,7 +32,7 @@ import numpy as np
 
 import op_overhead
 import threads
-from steps import CONFIGS, ours, theirs
+from common import CONFIGS, ours, theirs
 
 def matmul_flops(c: dict) -> float:
     """FLOPs of the step's matrix products: forward, plus twice that for backward."""
