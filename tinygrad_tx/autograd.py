@@ -395,7 +395,7 @@ class LeafSink:
     """Where a backward's gradients end up: the leaves' `.grad`, or, for `tx.grad`, the
     tensors asked for. `tx.jit`'s replay of a backward delivers through one as well.
 
-    A leaf's gradients are summed while the walk runs (`add`) and delivered once
+    A leaf's gradients are summed in `grads` while the walk runs and delivered once
     (`deliver`: its hooks, then `.grad`, then its post-accumulate-grad hooks), so its
     hooks see the whole gradient. `finish` delivers the leaves not delivered yet, in the
     plan's order, then runs the callbacks queued during the walk (`queue_callback`).
