@@ -278,6 +278,7 @@ def run_plan(plan: BackwardPlan, seed: Any, backend, create_graph: bool = False,
     """
     nodes, routes, delivers, release = plan.nodes, plan.routes, plan.delivers, not plan.retain_graph
     pending = [None] * len(nodes)  # step -> the gradient of its node's output, summed so far
+    watching = observers.active  # the list itself: an instrument turned on by a hook is seen
     with LeafSink(plan.leaves, backend, create_graph, inputs) as sink, \
             enable_grad() if create_graph else no_grad():
         arrived = sink.grads  # leaf -> its gradient, summed so far
@@ -292,16 +293,17 @@ def run_plan(plan: BackwardPlan, seed: Any, backend, create_graph: bool = False,
                     g = _run_hooks(fn.hooks, g, fn.backend)
                 if inputs is not None:
                     sink.capture(fn, g)
-                start = perf_counter() if observers.active else None
-                grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
-                if len(grads) != len(fn.inputs):
+                start = perf_counter() if watching else None
+                arrays = fn.arrays
+                grads = fn.backward(g, *arrays) if not create_graph else _tensor_backward(fn, g)
+                if len(grads) != len(arrays):
                     _refuse_count(fn, grads)
-                for t, array in zip(fn.inputs, fn.arrays):
+                for t, array in zip(fn.inputs, arrays):
                     if t.data is not array or t._version > fn.seq:
                         _refuse_changed(fn, t)
                 sent = [None] * len(grads) if start is not None else None
                 for k, to, leaf, shape in routes[i]:
-                    gt, array = grads[k], fn.arrays[k]
+                    gt, array = grads[k], arrays[k]
                     if gt is None:
                         continue
                     if gt.shape != array.shape or gt.dtype is not array.dtype:
