@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from train_step import CONFIGS, PAD, make_batch
+from common import CONFIGS, PAD, make_batch
 from report import written_to_docs
 
 LINKS = {"10 Gbit/s": (10e9 / 8, 25e-6), "100 Gbit/s": (100e9 / 8, 3e-6)}  # bytes/s, α

@@ -25,11 +25,11 @@ def worker(config: str, threads: str, steps: int, jit: bool = True) -> None:
     from threadpoolctl import threadpool_limits
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import train_step
+    import common
 
     if threads != "default":
         threadpool_limits(int(threads), user_api="blas")
-    step = train_step.ours(train_step.CONFIGS[config], "cpu", jit=jit)
+    step = common.ours(common.CONFIGS[config], "cpu", jit=jit)
     step()
     times = []
     while steps <= 0 or len(times) < steps:

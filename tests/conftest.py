@@ -56,11 +56,12 @@ def rng() -> np.random.Generator:
 @pytest.fixture(autouse=True)
 def _restore_global_state():
     """Tests may change the default device or the seed; give the next test a clean slate."""
-    from tinygrad_tx import autograd, backend
+    from tinygrad_tx import backend
 
     default = backend._default
     yield
     backend._default = default
     tx.manual_seed(0)
-    enabled, autograd._grad_enabled = autograd._grad_enabled, True
+    enabled = tx.is_grad_enabled()
+    tx.autograd.set_grad_enabled(True)
     assert enabled, "this test left grad mode disabled (a no_grad that did not restore it)"

@@ -28,6 +28,9 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    which want one, so skip the work for the others). Return the gradient in the
    broadcast shape if that is natural: the engine sums it back to the input's
    shape (`sum_to`) and checks shape and dtype, naming the op when they are wrong.
+   An op whose backward always returns each input's own shape (a reduction, a
+   reshape, an op that sums its own broadcast) says `broadcasts = False`, so that
+   the backward plan (`tx.backward_plan`) shows no sum back where none happens.
 
    To be *twice* differentiable, write backward only with what works on both raw
    arrays and Tensors: the operators `+ - * / ** @`, unary `-`, comparisons,
@@ -58,9 +61,11 @@ The engine's side
 =================
 One backward, two readings: the ordinary backward runs each op's formula on raw
 arrays (fast, no graph); `create_graph=True` runs the same lines on Tensors. The
-engine, not each op, undoes broadcasting and checks every gradient, walks the
-graph in topological order without recursion, and releases each node after use
-unless `retain_graph=True`.
+walk itself is decided first, as data (`tinygrad_tx/plan.py`, `tx.backward_plan`):
+the nodes in topological order, where each gradient goes, where fan-out adds and
+broadcasting is undone, when each node is released and each leaf delivered.
+`run_plan` below then runs it, checking every gradient's count, shape and dtype
+and refusing inputs changed since forward.
 
 `tensor.py` and this module need each other (an op makes a Tensor; a Tensor's
 methods apply ops), and `ops/` needs both: this module is imported first, and
@@ -70,22 +75,18 @@ end) has been defined. That is the one import cycle of the engine.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
-import operator
 from time import perf_counter
 from typing import Any, Sequence
 
+from . import observers
 from .backend import DeviceError, widened_sum
+from .plan import BackwardPlan, backward_plan
 
 REGISTRY: dict[str, type["Function"]] = {}
 """Every differentiable op by name; the test suite checks each has a gradcheck case."""
 
 _grad_enabled = True
-
-_observers: list = []
-"""Instruments watching every op (see `tinygrad_tx.inspect`); empty unless one is active,
-so an ordinary run pays one truthiness check per op and one per backward node."""
 
 clock = itertools.count(1)
 """The engine's one clock: each recorded op takes its `seq` from it and each in-place change
@@ -124,6 +125,13 @@ def is_grad_enabled() -> bool:
     return _grad_enabled
 
 
+def set_grad_enabled(mode: bool) -> None:
+    """Turn graph recording on or off for good (PyTorch's function of the same name); prefer
+    `no_grad` and `enable_grad`, which restore the mode they found."""
+    global _grad_enabled
+    _grad_enabled = bool(mode)
+
+
 class Function:
     """One differentiable op (see "How to add an op" above). Subclasses register by name.
 
@@ -135,6 +143,7 @@ class Function:
 
     saved: tuple[str, ...] = ()  # what forward stores on self for backward, declared per op
     differentiable_twice = True  # fused ops with a raw-array backward set this False
+    broadcasts = True  # may return an input's gradient in the output's (broadcast) shape; see step 4
     hooks = ()  # filled in by Tensor.register_hook on an intermediate tensor
     released = False
 
@@ -160,8 +169,10 @@ class Function:
 
     def release(self) -> None:
         """Forget the inputs and the saved values, so their memory can be freed."""
-        for name in ("inputs", "arrays", *self.saved):
-            self.__dict__.pop(name, None)
+        held = self.__dict__
+        held.pop("inputs", None), held.pop("arrays", None)
+        for name in self.saved:
+            held.pop(name, None)
         self.released = True
 
     @classmethod
@@ -176,7 +187,7 @@ class Function:
         fn.backend, fn.xp = backend, backend.xp
         arrays = [t.data for t in inputs]
         try:
-            data = fn.forward(*arrays, **params) if not _observers else _watch_forward(fn, inputs, arrays, params)
+            data = fn.forward(*arrays, **params) if not observers.active else _watch_forward(fn, inputs, arrays, params)
         except (ValueError, IndexError) as e:
             raise op_error(e, cls.__name__, [t.shape for t in inputs]) from None
         out = Tensor._from_op(data, backend)
@@ -197,7 +208,7 @@ class Function:
 
 def op_error(e: Exception, op: str, shapes: Sequence[tuple]) -> Exception:
     """`e` with the op and its input shapes named, not just NumPy's words; unchanged if an
-    op inside this one (a jit replay runs many) already named itself. Its traceback still
+    op inside this one (a replayed program runs many) already named itself. Its traceback still
     shows where the error arose."""
     if getattr(e, "op_named", False):
         return e
@@ -234,105 +245,101 @@ class TensorMath:
 TENSOR_MATH = TensorMath()
 
 
-# -- the graph walk --------------------------------------------------------------------
-
-_sequence_number = operator.attrgetter("seq")
-
-
-def topological_order(root: "Tensor") -> list[Function]:
-    """The nodes behind `root`, each before the nodes that produced its inputs.
-
-    Every recorded node carries a sequence number from a global counter, and an
-    op's inputs always exist before the op runs, so sorting the reachable nodes
-    by descending number is a topological order. Collecting them uses an
-    explicit stack, not recursion, so a 10,000-op chain does not hit Python's
-    recursion limit; a node reached twice (fan-out) is collected once.
-    """
-    seen, stack = {root.grad_fn}, [root.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn.released:
-            raise RuntimeError(
-                f"backward through {fn.name} a second time: its saved values were freed after "
-                "the first backward; pass retain_graph=True to the first call")
-        for t in fn.inputs:
-            producer = t.grad_fn
-            if producer is not None and producer not in seen:
-                seen.add(producer)
-                stack.append(producer)
-    return sorted(seen, key=_sequence_number, reverse=True)
-
+# -- running the plan ----------------------------------------------------------------
 
 def run_backward(root: "Tensor", grad: "Tensor", retain_graph: bool = False,
                  create_graph: bool = False, inputs: Sequence["Tensor"] | None = None):
-    """Propagate `grad` (d loss / d root) to every leaf behind `root`.
-
-    Each node's output gradient is complete before the node runs (topological
-    order), and a tensor used twice gets the sum of both uses (fan-out). Leaves
-    accumulate into `.grad`. With `inputs`, nothing is accumulated and the
-    gradients of those tensors are returned instead (that is `tx.grad`).
-    """
-    sink = _Sink(inputs, root.backend)
-    _walks.append(sink)
-    try:
-        return _walk(root, grad, retain_graph, create_graph, sink)
-    finally:
-        _walks.pop()
-
-
-def _walk(root: "Tensor", grad: "Tensor", retain_graph: bool, create_graph: bool, sink: "_Sink"):
-    if root.grad_fn is None:
-        sink.add(root, grad if create_graph else grad.data)
-        return sink.finish(create_graph)
-    order = topological_order(root)
+    """Propagate `grad` (d loss / d root) to every leaf behind `root`: make the plan of the
+    walk (`tinygrad_tx.plan`), then run it. Leaves accumulate into `.grad`. With `inputs`,
+    nothing is accumulated and the gradients of those tensors are returned instead (that
+    is `tx.grad`)."""
+    plan = backward_plan(root, retain_graph)
+    plan.check_not_freed()
     if create_graph:
-        _check_twice_differentiable(order)
-    sink.watch(order)
-    pending = {root.grad_fn: grad if create_graph else grad.data}  # node -> gradient of its output
-    with enable_grad() if create_graph else no_grad():
-        for fn in order:
-            if sink.waiting:  # leaves with post-accumulate-grad hooks: deliver those no node left uses
-                sink.deliver_finished(fn.seq, create_graph)
-            g = pending.pop(fn, None)
-            if g is not None:  # None: every use of its output sent nothing back, so neither does it
+        _check_twice_differentiable(plan)
+    seed = grad if create_graph else grad.data
+    if not observers.active:
+        return run_plan(plan, seed, root.backend, create_graph, inputs)
+    observers.show_backward_begin(root, grad, plan, create_graph, inputs)
+    try:
+        return run_plan(plan, seed, root.backend, create_graph, inputs)
+    finally:
+        observers.show_backward_end()
+
+
+def run_plan(plan: BackwardPlan, seed: Any, backend, create_graph: bool = False,
+             inputs: Sequence["Tensor"] | None = None):
+    """Run the steps of `plan` in order, from `seed` (the root's gradient).
+
+    A step takes the gradient pending at its node, lets the node's tensor hooks
+    replace it, runs the node's backward, checks what it returns and sends it
+    along the step's routes: stored where it is the first to arrive, added where
+    it is not. A node that nothing sent a gradient to sends nothing on.
+    """
+    nodes, routes, delivers, release = plan.nodes, plan.routes, plan.delivers, not plan.retain_graph
+    pending = [None] * len(nodes)  # step -> the gradient of its node's output, summed so far
+    watching = observers.active  # the list itself: an instrument turned on by a hook is seen
+    with LeafSink(plan.leaves, backend, create_graph, inputs) as sink, \
+            enable_grad() if create_graph else no_grad():
+        arrived = sink.grads  # leaf -> its gradient, summed so far
+        if nodes:
+            pending[0] = seed
+        else:
+            sink.add(0, seed)  # backward from a leaf
+        for i, fn in enumerate(nodes):
+            g, pending[i] = pending[i], None
+            if g is not None:
                 if fn.hooks:
                     g = _run_hooks(fn.hooks, g, fn.backend)
-                sink.capture(fn, g)
-                for t, gt in _input_gradients(fn, g, create_graph):
-                    _route(t, gt, pending, sink)
-            if not retain_graph:
+                if inputs is not None:
+                    sink.capture(fn, g)
+                start = perf_counter() if watching else None
+                arrays = fn.arrays
+                grads = fn.backward(g, *arrays) if not create_graph else _tensor_backward(fn, g)
+                if len(grads) != len(arrays):
+                    _refuse_count(fn, grads)
+                for t, array in zip(fn.inputs, arrays):
+                    if t.data is not array or t._version > fn.seq:
+                        _refuse_changed(fn, t)
+                sent = [None] * len(grads) if start is not None else None
+                for k, to, leaf, shape in routes[i]:
+                    gt, array = grads[k], arrays[k]
+                    if gt is None:
+                        continue
+                    if gt.shape != array.shape or gt.dtype is not array.dtype:
+                        gt = _fit(fn, gt, array, shape)
+                    sums = arrived if leaf else pending
+                    sums[to] = gt if sums[to] is None else sums[to] + gt  # fan-out: the uses add up
+                    if sent is not None:
+                        sent[k] = gt
+                if start is not None:
+                    observers.show_backward(fn, g, sent, perf_counter() - start)
+            if release:
                 fn.release()
-        return sink.finish(create_graph)
+            if delivers and i in delivers and inputs is None:
+                for k in delivers[i]:
+                    sink.deliver(k)
+        return sink.finish()
 
 
-def _input_gradients(fn: Function, g: Any, create_graph: bool):
-    """Run one node's backward; yield (input, gradient) for each input that takes one,
-    the gradient summed to the input's shape and checked."""
-    if _observers:
-        grads = _watch_backward(fn, g, create_graph)
-    else:
-        grads = fn.backward(g, *fn.arrays) if not create_graph else _tensor_backward(fn, g)
-    if len(grads) != len(fn.inputs):
-        raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
-                           f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
-    for t, gt, array in zip(fn.inputs, grads, fn.arrays):
-        _check_unchanged(fn, t, array)
-        if gt is not None and t.requires_grad:
-            yield t, _fit(fn, gt, array)
+def _refuse_count(fn: Function, grads: tuple) -> None:
+    """Refuse a backward that did not return one gradient per input."""
+    raise RuntimeError(f"{fn.name}.backward returned {len(grads)} gradients for "
+                       f"{len(fn.inputs)} inputs (one per input, None where none is needed)")
 
 
-def _check_unchanged(fn: Function, t: "Tensor", array: Any) -> None:
+def _refuse_changed(fn: Function, t: "Tensor") -> None:
     """Refuse an input whose data was replaced or updated in place after `fn` used it."""
-    if t.data is not array or t._version > fn.seq:
-        raise RuntimeError(
-            f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
-            "gradient would be wrong. Change tensors only after backward, or work on a copy")
+    raise RuntimeError(f"an input of {fn.name} (shape {t.shape}) was modified after the op used it; its "
+                       "gradient would be wrong. Change tensors only after backward, or work on a copy")
 
 
-def _fit(fn: Function, gt: Any, array: Any) -> Any:
-    """The gradient summed back over broadcast axes to the input's shape, and checked."""
+def _fit(fn: Function, gt: Any, array: Any, shape: tuple | None) -> Any:
+    """The gradient summed back to `shape` where the plan says a broadcast may need undoing,
+    and checked against the input's shape and dtype."""
     if gt.shape != array.shape:
-        gt = sum_to(gt, array.shape)
+        if shape is not None:
+            gt = sum_to(gt, shape)
         if gt.shape != array.shape:
             raise RuntimeError(f"{fn.name}.backward returned a gradient of shape {gt.shape} "
                                f"for an input of shape {array.shape}")
@@ -341,104 +348,22 @@ def _fit(fn: Function, gt: Any, array: Any) -> Any:
     return gt
 
 
-def _route(t: "Tensor", gt: Any, pending: dict, sink: "_Sink") -> None:
-    """Send a gradient on: to the sink for a leaf, to the node that made `t` otherwise.
-
-    A tensor used k times gets k gradients; they are summed before its node runs."""
-    producer = t.grad_fn
-    if producer is None:
-        sink.add(t, gt)
-    elif producer in pending:
-        pending[producer] = pending[producer] + gt  # fan-out: the uses add up
-    else:
-        pending[producer] = gt
-
-
-def _check_twice_differentiable(order: list[Function]) -> None:
-    blocking = next((fn for fn in order if not fn.differentiable_twice), None)
+def _check_twice_differentiable(plan: BackwardPlan) -> None:
+    blocking = next((fn for fn in plan.nodes if not fn.differentiable_twice), None)
     if blocking is not None:
         raise RuntimeError(f"{blocking.name} is once-differentiable: its backward works on raw "
                            "arrays, so create_graph=True cannot give second derivatives through it")
 
 
 def _watch_forward(fn: Function, inputs: Sequence["Tensor"], arrays: list, params: dict) -> Any:
-    """`fn.forward`, timed and shown to every observer: the path ops take while an instrument is on.
-
-    An observer gets `forward(fn, inputs, output_array, seconds, recorded)`, where
-    `recorded` says whether the node will be kept for backward, and may raise.
-    """
+    """`fn.forward`, timed and shown to the observers: the path ops take while an instrument is on."""
     start = perf_counter()
     data = fn.forward(*arrays, **params)
     seconds = perf_counter() - start
     if type(data) is not fn.backend.array_type:  # shown as the tensor will hold it (Tensor._from_op)
         data = fn.backend.as_array(data)
-    recorded = _grad_enabled and any(t.requires_grad for t in inputs)
-    for observer in tuple(_observers):
-        observer.forward(fn, inputs, data, seconds, recorded)
-        observer.op(fn, inputs, params, data, recorded)
+    observers.show_forward(fn, inputs, params, data, seconds, _grad_enabled and any(t.requires_grad for t in inputs))
     return data
-
-
-def watch_walk(root: "Tensor", grad: "Tensor", retain_graph: bool, create_graph: bool,
-               inputs: Sequence["Tensor"] | None):
-    """`run_backward` between `backward_begin(root, grad, retain_graph, create_graph, inputs)`
-    and `backward_end()` shown to every observer: ops run inside it (a leaf's `.grad + g`)
-    belong to the walk, not to the program around it (what `tx.jit` needs to know)."""
-    for observer in tuple(_observers):
-        observer.backward_begin(root, grad, retain_graph, create_graph, inputs)
-    try:
-        return run_backward(root, grad, retain_graph, create_graph, inputs)
-    finally:
-        for observer in tuple(_observers):
-            observer.backward_end()
-
-
-def show_read(t: "Tensor | None", how: str = "read on the host (item(), numpy(), print or if)") -> None:
-    """Show observers that a value leaves the graph (`how`): read on the host, where Python may
-    branch on it, or cast or copied outside ops; `t` None: numbers drawn outside ops (`tx.randn`).
-    A recording such as `tx.jit`'s could only keep such a value fixed."""
-    for observer in tuple(_observers):
-        observer.read(t, how)
-
-
-def show_side_effect(how: str) -> None:
-    """Show observers a change made outside ops and replayable calls (`how`: a tensor's `.data`
-    replaced, a hook registered, an instrument turned on). A recording such as `tx.jit`'s
-    refuses it: a replay makes only the ops and calls, so it would not make this change again."""
-    for observer in tuple(_observers):
-        observer.side_effect(how)
-
-
-def show_module(module) -> None:
-    """Show observers that a module is called (what `tx.jit` records: its mode and hooks)."""
-    for observer in tuple(_observers):
-        observer.module(module)
-
-
-def replayable(function):
-    """Mark a function that changes state outside the graph, on raw arrays (an optimizer's
-    `step` and `zero_grad`, `clip_grad_norm`), so that observers see each call as
-    `call(function, args, kwargs, result)`: `tx.jit` records it and calls it again at replay."""
-
-    @functools.wraps(function)
-    def announced(*args, **kwargs):
-        result = function(*args, **kwargs)
-        for observer in tuple(_observers):
-            observer.call(function, args, kwargs, result)
-        return result
-
-    return announced
-
-
-def _watch_backward(fn: Function, g: Any, create_graph: bool) -> tuple:
-    """`fn.backward`, timed and shown to every observer as `backward(fn, g, grads, seconds)`,
-    before the engine reduces the gradients to the inputs' shapes and releases the node."""
-    start = perf_counter()
-    grads = _tensor_backward(fn, g) if create_graph else fn.backward(g, *fn.arrays)
-    seconds = perf_counter() - start
-    for observer in tuple(_observers):
-        observer.backward(fn, g, grads, seconds)
-    return grads
 
 
 def _tensor_backward(fn: Function, g: "Tensor") -> tuple:
@@ -473,83 +398,73 @@ def _run_hooks(hooks, g: Any, backend) -> Any:
     return g.data if raw else g
 
 
-class _Sink:
-    """Where gradients end up: leaves' `.grad`, or, for `tx.grad`, the requested tensors.
+class LeafSink:
+    """Where a backward's gradients end up: the leaves' `.grad`, or, for `tx.grad`, the
+    tensors asked for. `tx.jit`'s replay of a backward delivers through one as well.
 
-    A leaf's contributions are summed while the walk runs and delivered once,
-    so its hooks see the whole gradient, as with intermediate tensors. Most leaves
-    are delivered at the end; a leaf with a post-accumulate-grad hook is delivered
-    as soon as the walk has run every node that uses it, so that its hook (say, an
-    all-reduce of the gradient) starts while backward still works on earlier layers.
+    A leaf's gradients are summed in `grads` while the walk runs and delivered once
+    (`deliver`: its hooks, then `.grad`, then its post-accumulate-grad hooks), so its
+    hooks see the whole gradient. `finish` delivers the leaves not delivered yet, in the
+    plan's order, then runs the callbacks queued during the walk (`queue_callback`).
+    While it is entered (`with`), it is the backward now running.
     """
 
-    def __init__(self, inputs, backend):
-        self.inputs, self.backend = inputs, backend
+    def __init__(self, leaves: Sequence["Tensor"], backend, create_graph: bool = False,
+                 inputs: Sequence["Tensor"] | None = None):
+        self.leaves, self.backend, self.create_graph, self.inputs = leaves, backend, create_graph, inputs
+        self.grads: list = [None] * len(leaves)  # leaf number -> its summed gradient, until delivered
         self.nodes = {t.grad_fn: id(t) for t in inputs or () if t.grad_fn is not None}
         self.captured: dict[int, Any] = {}
-        self.leaves: dict[int, list] = {}  # id -> [leaf, summed gradient]
-        self.waiting: list[tuple[int, "Tensor"]] = []  # (seq of its last use, leaf), last-used first
         self.owned: set[int] = set()
         self.callbacks: list = []  # see queue_callback
 
-    def watch(self, order: list[Function]) -> None:
-        """Note, for each leaf with a post-accumulate-grad hook, the last node (in walk order)
-        that uses it. Costs nothing unless such a hook was ever registered."""
-        if not _ready_hooks_registered or self.inputs is not None:
-            return
-        last_use = {}
-        for fn in order:  # descending seq: the final write per leaf is its last use in the walk
-            for t in fn.inputs:
-                if t._ready_hooks and t.grad_fn is None:
-                    last_use[id(t)] = (fn.seq, t)
-        self.waiting = sorted(last_use.values(), key=lambda item: item[0])  # pop() gives the highest
+    def __enter__(self) -> "LeafSink":
+        _walks.append(self)
+        return self
 
-    def deliver_finished(self, seq: int, create_graph: bool) -> None:
-        """Deliver the waiting leaves whose last use has a sequence number above `seq`
-        (the walk is past them)."""
-        while self.waiting and self.waiting[-1][0] > seq:
-            _, leaf = self.waiting.pop()
-            entry = self.leaves.pop(id(leaf), None)
-            if entry is not None:  # None: every use sent no gradient back
-                self._deliver(leaf, entry[1], create_graph)
+    def __exit__(self, *exc) -> None:
+        _walks.pop()
+
+    def add(self, k: int, g: Any) -> None:
+        """One more gradient for leaf `k`: stored, or added out of place (another node may still read either)."""
+        self.grads[k] = g if self.grads[k] is None else self.grads[k] + g
 
     def capture(self, fn: Function, g: Any) -> None:
         """Keep the gradient of a requested intermediate tensor (`tx.grad`)."""
         if fn in self.nodes:
             self.captured[self.nodes[fn]] = g
 
-    def add(self, leaf: "Tensor", g: Any) -> None:
-        entry = self.leaves.get(id(leaf))
-        if entry is None:
-            self.leaves[id(leaf)] = [leaf, g]
-        else:
-            entry[1] = entry[1] + g  # out of place: another node may still read either array
-
-    def finish(self, create_graph: bool):
-        for leaf, g in self.leaves.values():
-            self._deliver(leaf, g, create_graph)
-        if self.inputs is not None:
-            return [self._tensor(self.captured.get(id(t))) for t in self.inputs]
-        for callback in self.callbacks:
-            callback()
-
-    def _deliver(self, leaf: "Tensor", g: Any, create_graph: bool) -> None:
+    def deliver(self, k: int) -> None:
+        """Give leaf `k` its summed gradient, if it got one (none: every use sent None)."""
+        g, leaf = self.grads[k], self.leaves[k]
+        if g is None:
+            return
+        self.grads[k] = None
         if leaf._hooks:
             g = _run_hooks(leaf._hooks, g, leaf.backend)
         if self.inputs is not None:
             self.captured[id(leaf)] = g
             return
-        g = g if create_graph else self._tensor(_own(g, self.owned, self.backend))
+        g = g if self.create_graph else self._tensor(_own(g, self.owned, self.backend))
         leaf.grad = g if leaf.grad is None else leaf.grad + g
         for hook in leaf._ready_hooks:
             hook(leaf)
+
+    def finish(self) -> list | None:
+        """Deliver the rest; the gradients asked for (`tx.grad`), or None after the callbacks ran."""
+        for k in range(len(self.leaves)):
+            self.deliver(k)
+        if self.inputs is not None:
+            return [self._tensor(self.captured.get(id(t))) for t in self.inputs]
+        for callback in self.callbacks:
+            callback()
+        return None
 
     def _tensor(self, g: Any) -> "Tensor | None":
         return g if g is None or isinstance(g, Tensor) else Tensor._from_op(g, self.backend)
 
 
-_walks: list[_Sink] = []  # the backward walks running now (a hook may start another)
-_ready_hooks_registered = False  # set by the first Tensor.register_post_accumulate_grad_hook
+_walks: list[LeafSink] = []  # the backward walks running now (a hook may start another)
 
 
 def queue_callback(callback) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .autograd import replayable
+from .observers import replayable
 from .backend import backend_of
 from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
 from .tensor import Tensor

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .autograd import replayable
+from .observers import replayable
 
 
 class LRSchedule:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import autograd
+from . import autograd, observers
 from .backend import Backend, backend_of, get_backend
 
 DEFAULT_DTYPE = np.float32
@@ -55,8 +55,8 @@ class Tensor:
                 array = backend.cast(array, dtype)
         if requires_grad and not _is_float(array.dtype):
             raise TypeError(f"only floating tensors can require grad; this one is {array.dtype}")
-        if copied_from is not None and array is not copied_from.data and autograd._observers:
-            autograd.show_read(copied_from, "copied by Tensor(...)")
+        if copied_from is not None and array is not copied_from.data:
+            observers.show_read(copied_from, "copied by Tensor(...)")
         self.data, self.backend = array, backend
         self.requires_grad, self.name = requires_grad, name
 
@@ -93,15 +93,13 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A host (NumPy) copy of the data."""
-        if autograd._observers:
-            autograd.show_read(self)
+        observers.show_read(self)
         return np.array(self.backend.to_host(self.data), copy=True)
 
     def item(self) -> float | int:
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
-        if autograd._observers:
-            autograd.show_read(self)
+        observers.show_read(self)
         return self.data.item()
 
     def __float__(self) -> float:  # float(loss), as with NumPy and PyTorch: one element only
@@ -119,8 +117,7 @@ class Tensor:
         backend = get_backend(device)
         if backend is self.backend:
             return self
-        if autograd._observers:
-            autograd.show_read(self, f"copied to {device} (to())")
+        observers.show_read(self, f"copied to {device} (to())")
         moved = Tensor._from_op(backend.from_host(self.backend.to_host(self.data)), backend)
         moved.requires_grad, moved.name = self.requires_grad, self.name
         return moved
@@ -142,8 +139,7 @@ class Tensor:
         if self.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use .any() or .all() on its .numpy(), or compare one element")
-        if autograd._observers:
-            autograd.show_read(self)
+        observers.show_read(self)
         return bool(self.data.reshape(()).item())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -152,8 +148,7 @@ class Tensor:
         if self.backend.name != "cpu":
             raise TypeError(f"a {self.device} tensor is not converted to a NumPy array implicitly; "
                             "use .numpy()")
-        if autograd._observers:
-            autograd.show_read(self)
+        observers.show_read(self)
         return np.array(self.data, dtype=dtype, copy=True) if copy else np.asarray(self.data, dtype=dtype)
 
     # -- autograd --------------------------------------------------------------------
@@ -178,8 +173,6 @@ class Tensor:
             raise TypeError(f"backward(): a {grad.dtype} gradient for a {self.dtype} tensor; cast it with .astype()")
         if grad.shape != self.shape:
             raise RuntimeError(f"backward(): gradient of shape {grad.shape} for a tensor of shape {self.shape}")
-        if autograd._observers:
-            return autograd.watch_walk(self, grad, retain_graph, create_graph, inputs)
         return autograd.run_backward(self, grad, retain_graph, create_graph, inputs)
 
 
@@ -188,8 +181,7 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
-            if autograd._observers:
-                autograd.show_side_effect(f"a hook registered on a tensor of shape {self.shape}")
+            observers.show_side_effect(f"a hook registered on a tensor of shape {self.shape}")
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -204,10 +196,8 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
-        if autograd._observers:
-            autograd.show_side_effect(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
+        observers.show_side_effect(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
-        autograd._ready_hooks_registered = True
 
     def retain_grad(self) -> None:
         """Keep this intermediate tensor's gradient in `.grad` (leaves always keep theirs)."""
@@ -258,8 +248,7 @@ class Tensor:
         if dtype == self.dtype:
             return self
         if not _is_float(dtype):
-            if autograd._observers:
-                autograd.show_read(self, f"cast to {dtype} (astype), outside the graph")
+            observers.show_read(self, f"cast to {dtype} (astype), outside the graph")
             return Tensor._from_op(self.backend.cast(self.data, dtype), self.backend)
         return ops.Cast.apply(self, dtype=dtype)
 

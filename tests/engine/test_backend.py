@@ -240,7 +240,7 @@ def test_row_reductions_agree_with_numpy(device, n):
     """The fused ops' short-row helpers: the max by halving equals NumPy's exactly (also with
     NaN and ±inf), the sums by products with ones and the dots (einsum from 32 columns on)
     agree with NumPy's sums, in float64."""
-    from tinygrad_tx.ops.reduce import column_dots, column_sums, row_dots, row_max, row_sums
+    from tinygrad_tx.ops.kernels import column_dots, column_sums, row_dots, row_max, row_sums
 
     backend, rng = tx.get_backend(device), np.random.default_rng(n)
     x = rng.standard_normal((3, 5, n)).astype(np.float32)

@@ -11,7 +11,7 @@ import pytest
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import MultiHeadAttention, Transformer
-from tinygrad_tx import Tensor, autograd, nn
+from tinygrad_tx import Tensor, nn, observers
 from tinygrad_tx.inspect import (AnomalyError, attention_maps, detect_anomaly, graph_text, name_parameters, profile,
                                  record_modules, render, retain_grads, tensors_in_graph, to_dot, trace_backward)
 
@@ -37,7 +37,7 @@ def small_graph(device="cpu"):
 
 
 def no_observer_left():
-    return autograd._observers == [] and not nn.hooks.GLOBAL_HOOKS
+    return observers.active == [] and not nn.hooks.GLOBAL_HOOKS
 
 
 # -- backward trace ------------------------------------------------------------------------
@@ -345,7 +345,7 @@ def test_anomaly_mode_passes_finite_computations_and_is_off_by_default():
     assert np.all(np.isfinite(x.grad.numpy()))
     with np.errstate(divide="ignore"):
         assert leaf([0.0]).log().item() == -np.inf  # off: NaN and Inf pass silently
-    assert autograd._observers == []
+    assert observers.active == []
 
 
 # -- graph views ------------------------------------------------------------------------------

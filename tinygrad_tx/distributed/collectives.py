@@ -2,7 +2,7 @@
 
 Every rank must call the same collectives in the same order, as in MPI. In a job of
 one they return their input unchanged. `all_reduce` and `broadcast` are replayable
-(`autograd.replayable`): inside a `tx.jit` step, a replay calls them again on its own
+(`observers.replayable`): inside a `tx.jit` step, a replay calls them again on its own
 arrays, so the ranks stay in step and in agreement.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd
+from .. import observers
 from ..backend import Backend, backend_of
 from ..tensor import Tensor
 from .group import group
@@ -19,7 +19,7 @@ from .group import group
 OPS = ("mean", "sum")
 
 
-@autograd.replayable
+@observers.replayable
 def all_reduce(t: Any, op: str = "mean") -> Any:
     """The sum or mean of `t` over all ranks.
 
@@ -29,8 +29,8 @@ def all_reduce(t: Any, op: str = "mean") -> Any:
     if op not in OPS:
         raise ValueError(f"all_reduce: op must be one of {OPS}, not {op!r}")
     if isinstance(t, (int, float)):
-        if autograd._observers:  # a host number that differs from call to call: a jit could only repeat it
-            autograd.show_read(None, "all-reduced as a Python number (all_reduce a Tensor instead)")
+        # a host number that differs from call to call: a jit could only repeat it
+        observers.show_read(None, "all-reduced as a Python number (all_reduce a Tensor instead)")
         return _all_reduce(np.array(t, dtype=np.float64 if isinstance(t, float) or op == "mean" else np.int64),
                            op).item()
     return _all_reduce(t, op)
@@ -50,7 +50,7 @@ def _all_reduce(t: Any, op: str) -> Any:
     return t
 
 
-@autograd.replayable
+@observers.replayable
 def broadcast(t: Any, root: int = 0) -> Any:
     """Rank `root`'s values of `t`, copied in place into `t` on every rank; returns `t`."""
     g = group()

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, observers
 from ..nn import Module
 from ..tensor import Tensor
 from .collectives import broadcast
@@ -148,8 +148,7 @@ class DataParallel:
             bucket.flat, bucket.ready, bucket.pending = None, 0, None
         self._next = 0
         self.stats.seconds += self._step_seconds
-        for observer in tuple(autograd._observers):  # the profiler's "all_reduce" row
-            observer.collective("all_reduce", self._step_seconds)
+        observers.show_collective("all_reduce", self._step_seconds)  # the profiler's "all_reduce" row
         self._step_seconds = 0.0
         if self._arrivals is not None:
             self._rebucket()

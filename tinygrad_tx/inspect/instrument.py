@@ -1,28 +1,25 @@
 """What every instrument shares: the engine's one observation point and a few array helpers.
 
-The engine shows each op to the objects in `autograd._observers`, and only while
-that list is non-empty, so with no instrument active an op pays one truthiness
-check and nothing else:
+An instrument is a context manager that puts itself on `observers.active` for the
+duration of a `with` block; the engine then shows it what happens through the
+`tinygrad_tx.observers` functions, each calling the method of the same name here.
+It overrides the methods it needs:
 
-- `Function.apply` calls `forward(fn, inputs, output, seconds, recorded)` after
-  the op's forward (`output` is the raw array, `recorded` says whether the node
-  is kept for backward; `fn.inputs` is not set yet);
-- the graph walk calls `backward(fn, grad, grads, seconds)` after each node's
-  backward, before the engine reduces `grads` to the inputs' shapes and
-  releases the node;
-- `tinygrad_tx.distributed.DataParallel` calls `collective(name, seconds)` for the
-  time it spends starting and waiting for its all-reduces.
+- `forward(fn, inputs, output, seconds, recorded)` after each op's forward
+  (`output` is the raw array, `recorded` says whether the node is kept for
+  backward; `fn.inputs` is not set yet);
+- `backward(fn, grad, grads, seconds)` after each step of the backward plan, with
+  what the step sent to each input (summed back to the input's shape);
+- `collective(name, seconds)` for the time `DataParallel` spends on its all-reduces.
 
 Five more calls exist for instruments that re-run what they saw (`tx.jit`):
 `op(fn, inputs, params, output, recorded)` right after `forward`, with the op's
-keyword params; `backward_begin(root, grad, retain_graph, create_graph, inputs)`
-and `backward_end()` around each walk; `call(function, args, kwargs, result)`
-after a state change outside the graph (functions marked `autograd.replayable`,
-such as `optimizer.step`); `read(tensor, how)` when a value leaves the graph (`item()`,
-`numpy()`, a cast or copy outside ops); `module(m)` when a module is called.
-
-An instrument is a context manager that puts itself on that list for the
-duration of a `with` block; it overrides whichever of the two calls it needs.
+keyword params; `backward_begin(root, grad, plan, create_graph, inputs)` (the
+`BackwardPlan` about to run) and `backward_end()` around each walk; `call(function,
+args, kwargs, result)` after a state change outside the graph (functions marked
+`observers.replayable`, such as `optimizer.step`); `read(tensor, how)` when a value
+leaves the graph (`item()`, `numpy()`, a cast or copy outside ops); `module(m)` when
+a module is called; `side_effect(how)` for a change outside ops.
 """
 from __future__ import annotations
 
@@ -30,7 +27,8 @@ import os
 import sys
 from typing import Any
 
-from .. import autograd
+from .. import autograd, observers
+from ..plan import BackwardPlan
 from ..tensor import Tensor
 
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -40,18 +38,18 @@ class Instrument:
     """Base of the instruments: `with Instrument() as it:` observes every op run in the block."""
 
     def __enter__(self):
-        autograd.show_side_effect(f"{type(self).__name__} turned on")
-        autograd._observers.append(self)
+        observers.show_side_effect(f"{type(self).__name__} turned on")
+        observers.active.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        autograd._observers.remove(self)
+        observers.active.remove(self)
 
     def forward(self, fn: autograd.Function, inputs: tuple, output: Any, seconds: float, recorded: bool) -> None:
         """Called after each op's forward."""
 
     def backward(self, fn: autograd.Function, grad: Any, grads: tuple, seconds: float) -> None:
-        """Called after each node's backward, in the order the graph walk visits them."""
+        """Called after each step of the backward plan, with what it sent to each input (None: nothing)."""
 
     def collective(self, name: str, seconds: float) -> None:
         """Called when data parallelism spent `seconds` in communication (`name`: "all_reduce")."""
@@ -59,15 +57,15 @@ class Instrument:
     def op(self, fn: autograd.Function, inputs: tuple, params: dict, output: Any, recorded: bool) -> None:
         """Called after each op's forward (after `forward`), with the op's keyword params."""
 
-    def backward_begin(self, root: Tensor, grad: Tensor, retain_graph: bool, create_graph: bool,
+    def backward_begin(self, root: Tensor, grad: Tensor, plan: BackwardPlan, create_graph: bool,
                        inputs: Any) -> None:
-        """Called when a backward starts, before the walk."""
+        """Called when a backward starts, with the plan it is about to run."""
 
     def backward_end(self) -> None:
         """Called when that backward has finished (or failed)."""
 
     def call(self, function: Any, args: tuple, kwargs: dict, result: Any) -> None:
-        """Called after a function marked `autograd.replayable` (an optimizer step) ran."""
+        """Called after a function marked `observers.replayable` (an optimizer step) ran."""
 
     def module(self, module: Any) -> None:
         """Called when a module (`tx.nn.Module`) is called."""

@@ -11,6 +11,11 @@ It answers the two questions everyone asks about reverse mode:
   share. In the table, every node comes before the nodes that produced its inputs.
 - *Why `+=`?* A tensor used k times receives k gradients, one per use, and its
   gradient is their sum. The table marks each further arrival with `+=`.
+
+Backward runs a plan made beforehand (`tx.backward_plan`); the trace keeps each
+walk's plan (`plans`) and the gradients that flowed along its routes, so the two
+can be read side by side: `Step.step` is the step's number in its plan, and
+`Flow.route` the plan's route the gradient took.
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..autograd import Function, sum_to
+from ..autograd import Function
+from ..plan import BackwardPlan, Route
 from ..tensor import Tensor
 from .instrument import Instrument, describe, norm, raw
 
@@ -30,6 +36,7 @@ class Flow:
     target: Any  # the input's node (a Function) or, for a leaf, the leaf Tensor
     grad: Any  # the array, summed to the input's shape
     arrival: int  # 1 for the first gradient the target received, 2 for the second (+=), …
+    route: Route  # the plan's route it took
 
 
 @dataclass(eq=False)
@@ -39,6 +46,7 @@ class Step:
     number: int
     node: Function
     grad: Any  # the array d root / d (this node's output), after any tensor hooks
+    step: int  # its number in the plan of its walk
     sent: list[Flow] = field(default_factory=list)
 
     @property
@@ -56,15 +64,27 @@ class trace_backward(Instrument):
 
     def __init__(self):
         self.steps: list[Step] = []
+        self.plans: list[BackwardPlan] = []  # the plan of each walk, in the order they began
+        self._walking: list[tuple[BackwardPlan, dict]] = []  # the walks running now: plan, node -> step
         self._arrivals: Counter = Counter()
 
+    def backward_begin(self, root, grad, plan, create_graph, inputs) -> None:
+        self.plans.append(plan)
+        self._walking.append((plan, {id(step.node): i for i, step in enumerate(plan.steps)}))
+
+    def backward_end(self) -> None:
+        self._walking.pop()
+
     def backward(self, fn, grad, grads, seconds) -> None:
-        step = Step(len(self.steps) + 1, fn, raw(grad))
-        for t, g in zip(fn.inputs, grads):
-            if g is not None and t.requires_grad:
-                target = t if t.grad_fn is None else t.grad_fn
+        plan, number = self._walking[-1]
+        i = number[id(fn)]
+        step = Step(len(self.steps) + 1, fn, raw(grad), i)
+        for route in plan.steps[i].routes:
+            g = grads[route.input]
+            if g is not None:
+                target = plan.leaves[route.to] if route.leaf else plan.steps[route.to].node
                 self._arrivals[id(target)] += 1
-                step.sent.append(Flow(target, sum_to(raw(g), t.shape), self._arrivals[id(target)]))
+                step.sent.append(Flow(target, raw(g), self._arrivals[id(target)], route))
         self.steps.append(step)
 
     # -- questions about the record -------------------------------------------------------

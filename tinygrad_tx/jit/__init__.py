@@ -21,11 +21,11 @@ this file can replay:
 - each op's forward (`op`): its Function class, its params, and where each input
   comes from: a *slot* written by an earlier op, an argument, a captured tensor
   (a parameter: its `.data` is read live at each call) or a constant;
-- each backward (`backward_begin` ... `backward_end`): from the recorded inputs
-  of each op the record derives the walk the engine would make (nodes in the
-  same order, each gradient routed to its producer or to a leaf, summed on
-  fan-out in the same order, summed back over broadcast axes), so no sort, no
-  checks, no Tensors are left for the replay;
+- each backward (`backward_begin` ... `backward_end`): the engine's own plan of
+  the walk (`tx.backward_plan`: steps in order, each gradient routed to its
+  producer or to a leaf, summed on fan-out in the same order, summed back over
+  broadcast axes), kept with op and leaf numbers in place of this call's objects,
+  so no sort, no checks, no Tensors are left for the replay;
 - each call that changes state outside the graph (`call`: `optimizer.step()`,
   `zero_grad()`, `clip_grad_norm`, `schedule.step()`, `dist.all_reduce`,
   `dist.broadcast`): made again, with this call's tensors where the recording
@@ -33,9 +33,9 @@ this file can replay:
 - each read of a value on the host (`read`: `item()`, `numpy()`, printing): refused.
 
 A replay is then a straight-line program over a list of arrays: make each op's
-Function object, call its `forward` on arrays, call its `backward` on arrays in
-the recorded order, drop every array after its last use (the graph walk's
-releasing, planned once), and make the recorded calls. That program is written
+Function object, call its `forward` on arrays, run each recorded plan's steps
+on arrays, drop every array after its last use (where the plan releases a node,
+its last-used arrays go too), and make the recorded calls. That program is written
 out as Python source once per record and compiled (`codegen.py`), so a replay
 does not even pay for interpreting the record: `step.tape(x).source()` prints
 it. Randomness is no
@@ -54,7 +54,7 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
-- Changes made outside ops and replayable calls raise `JitError` (`autograd.show_side_effect`):
+- Changes made outside ops and replayable calls raise `JitError` (`observers.show_side_effect`):
   a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
@@ -140,7 +140,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, observers
 from ..nn import Module
 from ..tensor import Tensor
 from .record import JitError, Recorder, check_same, record
@@ -174,7 +174,7 @@ class Jitted:
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if autograd._observers and any(type(o) is Recorder for o in autograd._observers):
+        if any(type(o) is Recorder for o in observers.active):
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
         if self._modules is None or not _same(_contents(self.fn, self._watched), self._after):
             self._find_modules()  # at the first call (globals defined after the decorator exist now), or

@@ -10,13 +10,17 @@ a replay still equals eager execution bit for bit. `Tape.source()` shows the cod
 
     V[7] = f.forward(V[5], V[2])            # #3 Linear -> s3
     ...
-    gs = F[3].backward(G[3], V[5], V[2])    # #3 Linear
-    gt = gs[0]
-    if gt is not None:
-        G[1] = gt if G[1] is None else G[1] + gt
+    if G[3] is not None:  # step 2: #3 Linear
+        gs = F[3].backward(G[3], V[5], V[2])
+        gt = gs[0]
+        if gt is not None:
+            G[1] = gt if G[1] is None else G[1] + gt
 
 `V` holds the slots (arrays), `F` the op objects kept for backward, `G` the
-gradients pending at ops, `LG` the summed gradients of the leaves.
+gradients pending at ops, by op number, as a backward plan (`tinygrad_tx.plan`) routes them, `LG`
+the summed gradients of the leaves; a backward inside the function delivers
+its leaves' gradients through the engine's `LeafSink`. Each backward is its
+plan written out line by line: the same steps, routes, sums and deliveries.
 """
 from __future__ import annotations
 
@@ -26,14 +30,12 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from .. import autograd
-from ..autograd import _Sink, sum_to
+from ..autograd import LeafSink, no_grad, sum_to
 from ..tensor import Tensor
 
 
 _BUILDS = itertools.count()  # numbers each compiled function's file name
-_LOCALS = {"run", "walk", "tensors", "g", "V", "F", "R", "G", "LG", "arrived", "f", "gs", "gt", "sink",
-           "leaves", "k"}  # names the generated functions use for their own variables
+_LOCALS = {"run", "walk", "tensors", "g", "V", "F", "R", "G", "LG", "f", "gs", "gt", "sink", "k"}  # names the generated functions use for their own variables
 
 
 class _Writer:
@@ -44,8 +46,7 @@ class _Writer:
         self.lines = [f"def {function}({parameters}):"]
         self.names: dict[int, str] = {}  # id of a constant -> its name in the scope
         self.forward_at: dict[int, Any] = {}  # line number -> the op whose forward that line runs
-        self.scope = {"Sink": _Sink, "sum_to": sum_to, "no_grad": autograd.no_grad, "walks": autograd._walks,
-                      "Wrap": Tensor._from_op}
+        self.scope = {"LeafSink": LeafSink, "sum_to": sum_to, "no_grad": no_grad, "Wrap": Tensor._from_op}
 
     def __call__(self, line: str, depth: int = 1) -> None:
         self.lines.append("    " * depth + line)
@@ -104,7 +105,7 @@ def write_replay(tape, keep: bool) -> _Writer:
         if type(step) is list:
             for op in step:
                 _forward(w, op, keep)
-        elif hasattr(step, "nodes"):  # a Backward (tape.py, which imports this module)
+        elif hasattr(step, "plan"):  # a Backward (tape.py, which imports this module)
             _backward(w, step)
         else:
             _call(w, step, keep)
@@ -113,11 +114,11 @@ def write_replay(tape, keep: bool) -> _Writer:
 
 
 def write_walk(tape) -> _Writer:
-    """`walk(g, V, F) -> leaf gradients`: the recorded walk from the function's differentiable
-    result, run when that result is differentiated outside the function (`Replayed`)."""
+    """`walk(g, V, F) -> leaf gradients`: the plan of the function's differentiable result, run
+    when that result is differentiated outside the function (`Replayed`)."""
     w = _Writer(tape, "walk", "g, V, F")
-    _, root, nodes = tape.differentiable
-    _walk(w, nodes, root, "g", release=False, in_function=False)
+    w(f"LG = [None] * {len(tape.leaves)}")
+    _steps(w, tape.differentiable[1], "g", depth=1, frees={}, sink=False)
     w("return LG")
     return w
 
@@ -171,63 +172,49 @@ def _argument(w: _Writer, value: Any) -> str:
 
 
 def _backward(w: _Writer, step) -> None:
-    """A backward inside the function: gradients summed per leaf, delivered as the engine does
-    (a leaf with a post-accumulate-grad hook as soon as the walk is past its last use, the
-    others at the end), with the sink on the engine's stack of walks for `queue_callback`."""
+    """A backward inside the function: its plan's steps, with the leaves' gradients summed and
+    delivered through a `LeafSink` (the engine's: hooks, `.grad`, queued callbacks), under no_grad."""
+    plan = step.plan
     seed = f"V[{step.seed[1]}]" if step.seed[0] == "slot" else f"{w.name(step.seed[1], 'seed')}.copy()"
-    backend = w.name(step.backend, step.backend.name)
-    w(f"sink = Sink(None, {backend}); walks.append(sink)")
-    w("try:")
-    if step.root is None:
-        w(f"sink.add({w.leaf(step.root_leaf)}, {seed})  # backward from a leaf", 2)
+    leaves = "(" + "".join(w.leaf(k) + ", " for k in plan.leaves) + ")"
+    w(f"with LeafSink({leaves}, {w.name(step.backend, step.backend.name)}) as sink, no_grad():")
+    if plan.steps:
+        _steps(w, plan, seed, depth=2, frees=step.frees, sink=True)
     else:
-        w(f"leaves = ({''.join(w.leaf(k) + ', ' for k in range(len(w.tape.leaves)))})", 2)
-        w(f"# backward from #{step.root}", 2)
-        _walk(w, step.nodes, step.root, seed, release=not step.retain_graph, in_function=True)
-        w("for k in arrived:  # in the order the leaves first got a gradient, as the engine's sink", 2)
-        w("if LG[k] is not None:", 3)
-        w("sink.add(leaves[k], LG[k])", 4)
-    w("with no_grad():", 2)
-    w("sink.finish(False)", 3)
-    w("finally:")
-    w("walks.pop()", 2)
+        w(f"sink.add(0, {seed})  # backward from a leaf", 2)
+    w("sink.finish()", 2)
 
 
-def _walk(w: _Writer, nodes: list, root: int, seed: str, release: bool, in_function: bool) -> None:
-    """The recorded graph walk: each node's backward, its gradients routed on, summed on fan-out
-    in the engine's order and back over broadcast axes; with `release`, op objects and
-    arrays dropped after their last use, as the eager graph releases them. In a backward
-    inside the function (written in a `try:`, with `sink` and `leaves`), a leaf with a
-    post-accumulate-grad hook gets its gradient right after the last node that sends it one."""
+def _steps(w: _Writer, plan, seed: str, depth: int, frees: dict, sink: bool) -> None:
+    """The steps of a numbered plan as lines: each step's backward, its gradients sent along its
+    routes (stored on a first arrival, added on a later one, summed back where the plan says),
+    the step's op object and last-used slots dropped where the plan releases it, and, with a
+    `sink`, leaves delivered where the plan delivers them."""
     def line(text: str, indent: int = 0) -> None:
-        w(text, 1 + in_function + indent)
+        w(text, depth + indent)
 
-    last_use = {target: node.index for node in nodes for _, to_node, target, _, _ in node.routes if not to_node}
-    finished_after: dict[int, list[int]] = {}  # node -> leaves no later node sends a gradient
-    for leaf, node in last_use.items():
-        finished_after.setdefault(node, []).append(leaf)
-    line(f"G, LG, arrived = [None] * {len(w.tape.ops)}, [None] * {len(w.tape.leaves)}, []")
-    line(f"G[{root}] = {seed}")
-    for node in nodes:
-        i = node.index
-        line(f"if G[{i}] is not None:  # #{i} {w.tape.ops[i].cls.__name__}")
-        line(f"gs = F[{i}].backward(G[{i}], {', '.join(f'V[{s}]' for s in node.ins)})", 1)
-        for k, to_node, target, shape, reduce in node.routes:
+    line(f"G = [None] * {len(w.tape.ops)}")
+    line(f"G[{plan.steps[0].node}] = {seed}")
+    for i, step in enumerate(plan.steps):
+        op = step.node
+        if step.freed:
+            line(f"# step {i}: #{op} {step.op}, freed by an earlier backward (never reached: see Replayed)")
+            continue
+        ins = ", ".join(f"V[{s}]" for s in w.tape.ops[op].ins)
+        line(f"if G[{op}] is not None:  # step {i}: #{op} {step.op}")
+        line(f"gs = F[{op}].backward(G[{op}], {ins})", 1)
+        for k, to, leaf, accumulates, shape in step.routes:
             line(f"gt = gs[{k}]", 1)
             line("if gt is not None:", 1)
-            if reduce:
-                line(f"gt = sum_to(gt, {shape!r})", 2)
-            if to_node:
-                line(f"G[{target}] = gt if G[{target}] is None else G[{target}] + gt", 2)
-            else:
-                line(f"if LG[{target}] is None:", 2)
-                line(f"LG[{target}] = gt; arrived.append({target})", 3)
-                line("else:", 2)
-                line(f"LG[{target}] = LG[{target}] + gt", 3)
-        frees = [f"F[{i}]", *(f"V[{s}]" for s in node.frees)] if release else []
-        line(" = ".join([f"G[{i}]", *frees]) + " = None")
-        for k in finished_after.get(i, []) if in_function else []:
-            line(f"if leaves[{k}]._ready_hooks and LG[{k}] is not None:  # no node left sends it more")
-            line("with no_grad():", 1)
-            line(f"sink._deliver(leaves[{k}], LG[{k}], False)", 2)
-            line(f"LG[{k}] = None", 1)
+            if shape is not None:
+                line(f"if gt.shape != {shape!r}:", 2)
+                line(f"gt = sum_to(gt, {shape!r})", 3)
+            if leaf and sink:
+                line(f"sink.add({to}, gt)", 2)
+                continue
+            target = f"LG[{plan.leaves[to]}]" if leaf else f"G[{plan.steps[to].node}]"
+            line(f"{target} = gt if {target} is None else {target} + gt" if accumulates else f"{target} = gt", 2)
+        released = [f"F[{op}]", *(f"V[{s}]" for s in frees.get(i, ()))] if step.releases else []
+        line(" = ".join([f"G[{op}]", *released]) + " = None")
+        for k in step.delivers if sink else ():
+            line(f"sink.deliver({k})  # its post-accumulate-grad hooks run now")

@@ -16,9 +16,10 @@ from ..inspect.instrument import Instrument
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
+from ..plan import BackwardPlan, PlanStep, backward_plan
 from ..tensor import Tensor
 from . import watch
-from .tape import Backward, Call, Live, Node, Op, Tape
+from .tape import Backward, Call, Live, Op, Tape
 
 
 class JitError(RuntimeError):
@@ -119,11 +120,9 @@ class Recorder(Instrument):
         self.captured_slots: set[int] = set()
         self.arg_number = {id(t): i for i, t in enumerate(tensors)}
         self.alive: list = []  # everything whose id is a key above, so that no id is reused meanwhile
-        self.eager_fns: list = []
         self.consumed: set[int] = set()  # ops walked by a backward inside the function
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
-        self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
@@ -206,16 +205,19 @@ class Recorder(Instrument):
         slot = self._slot(value) if hasattr(value, "shape") else None
         return None if slot is None else ("slot", slot)
 
-    def _target(self, t: Tensor) -> tuple | None:
-        """Where a gradient for input `t` goes: (True, op number) or (False, leaf number)."""
-        if not t.requires_grad:
-            return None
-        if t.grad_fn is not None:
-            entry = self.entry_of.get(id(t.grad_fn))
-            if entry is None:
-                raise JitError(f"jit: an input of shape {t.shape} was computed outside the function with a graph; "
-                               "a replay cannot backpropagate into it. Compute it inside, or pass it detached")
-            return (True, entry)
+    def _op_number(self, step: PlanStep) -> int:
+        """The op number of a plan step's node (a node made in this function, with no tensor hook)."""
+        entry = self.entry_of.get(id(step.node))
+        if entry is None:
+            raise JitError(f"jit: an input of shape {step.shape} was computed outside the function with a graph; "
+                           "a replay cannot backpropagate into it. Compute it inside, or pass it detached")
+        if step.node.hooks:
+            raise JitError(f"jit: a hook on the result of {step.op}; tensor hooks on intermediate "
+                           "results are not replayed")
+        return entry
+
+    def _leaf_number(self, t: Tensor) -> int:
+        """The leaf number of a tensor a gradient goes to: an argument or a captured tensor."""
         leaf = self.leaf_of.get(id(t))
         if leaf is None:
             number = self.arg_number.get(id(t))
@@ -226,7 +228,11 @@ class Recorder(Instrument):
             leaf = self.leaf_of[id(t)] = len(self.tape.leaves)
             self.tape.leaves.append(("arg", number) if number is not None else ("tensor", t))
             self.alive.append(t)
-        return (False, leaf)
+        return leaf
+
+    def _numbered(self, plan: BackwardPlan) -> BackwardPlan:
+        """The engine's plan with op and leaf numbers of this record in place of this call's objects."""
+        return plan.renumbered(self._op_number, self._leaf_number)
 
     def _live(self, value: Any, where: str) -> Any:
         """A call's argument as a replay must pass it: one of this call's tensors (an argument, a
@@ -263,75 +269,34 @@ class Recorder(Instrument):
         index = len(self.tape.ops)
         if isinstance(output, np.bool_) or id(output) in self.slot_of and not any(output is t.data for t in inputs):
             self.shared.add(id(output))  # NumPy's np.True_, or an array another op made: not told apart by id
-        targets = tuple(self._target(t) for t in inputs) if recorded else None
         needs_grad = [t.requires_grad for t in inputs] if recorded else None
         out = self._new_slot(output, f"s{index}")
-        op = Op(index, type(fn), fn.backend, ins, dict(params), dynamic or None, out, needs_grad, targets)
+        op = Op(index, type(fn), fn.backend, ins, dict(params), dynamic or None, out, needs_grad)
         self.tape.ops.append(op)
         self.entry_of[id(fn)] = index
-        self.eager_fns.append(fn)
+        self.alive.append(fn)
         if self.tape.program and type(self.tape.program[-1]) is list:
             self.tape.program[-1].append(op)
         else:
             self.tape.program.append([op])
 
     @_this_thread
-    def backward_begin(self, root, grad, retain_graph, create_graph, inputs) -> None:
+    def backward_begin(self, root, grad, plan, create_graph, inputs) -> None:
+        """Keep the engine's plan of this walk, numbered for the record (the replay runs the same plan)."""
         if create_graph or inputs is not None:
             raise JitError("jit: create_graph=True and tx.grad are not supported inside a jitted function")
         self.walking += 1
         slot = self._slot(grad.data)
         seed = ("slot", slot) if slot is not None else ("const", grad.data.copy())
-        if root.grad_fn is None:
-            step = Backward(None, self._target(root)[1], seed, [], root.backend, retain_graph)
-        else:
-            root_entry = self.entry_of.get(id(root.grad_fn))
-            if root_entry is None:
-                raise JitError("jit: backward() from a tensor computed outside the function")
-            nodes = self._walk(root_entry)
-            if not retain_graph:  # a graph kept on purpose may be walked again after the call
-                self.consumed.update(node.index for node in nodes)
-            step = Backward(root_entry, None, seed, nodes, root.backend, retain_graph)
-        self.tape.program.append(step)
-
-    @_this_thread
-    def backward(self, fn, grad, grads, seconds) -> None:
-        self.grad_shapes[self.entry_of[id(fn)]] = [None if g is None else g.shape for g in grads]
+        numbered = self._numbered(plan)
+        if not plan.retain_graph:  # a graph kept on purpose may be walked again after the call
+            self.consumed.update(step.node for step in numbered.steps)
+        self.tape.program.append(Backward(numbered, seed, root.backend))
 
     @_this_thread
     def backward_end(self) -> None:
-        """Now that the walk ran, mark the routes that need a broadcast sum (`sum_to`) and drop
-        that check from the others: the shapes the backward returned are known."""
         self.walking -= 1
         self._engine_wrote()
-        step = self.tape.program[-1]
-        for node in step.nodes:
-            shapes = self.grad_shapes.get(node.index)
-            if shapes is not None:
-                node.routes = tuple((i, to_node, where, shape, shapes[i] != shape)
-                                    for i, to_node, where, shape, _ in node.routes)
-
-    def _walk(self, root: int) -> list[Node]:
-        """The nodes the engine visits from op `root`: those reachable through inputs that
-        require grad, by descending op number (= its topological order by sequence number)."""
-        reached, nodes = {root}, []
-        for index in range(root, -1, -1):
-            if index not in reached:
-                continue
-            op, fn = self.tape.ops[index], self.eager_fns[index]
-            if fn.hooks:
-                raise JitError(f"jit: a hook on the result of {op.cls.__name__}; tensor hooks on intermediate "
-                               "results are not replayed")
-            routes = []
-            for i, target in enumerate(op.targets):
-                if target is None:
-                    continue
-                to_node, where = target
-                if to_node:
-                    reached.add(where)
-                routes.append((i, to_node, where, self.tape.slot_types[op.ins[i]][0], True))
-            nodes.append(Node(index, op.ins, tuple(routes)))
-        return nodes
 
     @_this_thread
     def call(self, function, args, kwargs, result) -> None:
@@ -420,9 +385,10 @@ class Recorder(Instrument):
                                "again; make it outside the function, or from the inputs with ops")
             entry = self.entry_of.get(id(value.grad_fn)) if value.grad_fn is not None else None
             if entry is not None and entry not in self.consumed:
-                if self.tape.differentiable is not None and self.tape.differentiable[1] != entry:
+                if self.tape.differentiable is None:  # the walk a backward from it would make, kept
+                    self.tape.differentiable = (slot, self._numbered(backward_plan(value, retain_graph=True)))
+                elif self.tape.differentiable[1].steps[0].node != entry:
                     raise JitError("jit: the function returns two results with a graph; return one")
-                self.tape.differentiable = (slot, entry, self._walk(entry))
                 return ("replayed", slot, value.backend)  # this tensor, not a detached view of its array
             return ("tensor", slot, value.backend)
         if id(value) in self.call_of:
@@ -444,8 +410,9 @@ class Recorder(Instrument):
         for spec in _slots_in(tape.output):
             keep.add(spec)
         if tape.differentiable is not None:
-            keep.add(tape.differentiable[0])
-            keep.update(i for node in tape.differentiable[2] for i in node.ins)
+            slot, plan = tape.differentiable
+            keep.add(slot)
+            keep.update(i for step in plan.steps for i in tape.ops[step.node].ins)
         for step in tape.program:
             if type(step) is list:
                 for op in step:
@@ -456,17 +423,20 @@ class Recorder(Instrument):
                     last[slot] = step
             elif type(step) is Backward:
                 if step.seed[0] == "slot":
-                    last[step.seed[1]] = step
-                for node in step.nodes:
-                    for slot in node.ins:
-                        last[slot] = node
-        owners: dict[int, list] = {}
+                    last[step.seed[1]] = None  # kept: no later reader frees it
+                for i, plan_step in enumerate(step.plan.steps):
+                    for slot in tape.ops[plan_step.node].ins:
+                        last[slot] = (step, i)
+        owners: dict[Any, list] = {}
         captured = {slot for slot, _ in tape.captured} | {slot for slot, _ in tape.args}
         for slot, user in last.items():
-            if slot not in keep and slot not in captured:
-                owners.setdefault(id(user), [user, []])[1].append(slot)
-        for user, slots in owners.values():
-            user.frees = tuple(slots)
+            if user is not None and slot not in keep and slot not in captured:
+                owners.setdefault(user, []).append(slot)
+        for user, slots in owners.items():
+            if type(user) is tuple:  # (a backward, its step): freed after that step
+                user[0].frees[user[1]] = tuple(slots)
+            else:
+                user.frees = tuple(slots)
 
 
 def _dynamic_slots(op: Op) -> list[int]:

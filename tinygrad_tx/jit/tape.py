@@ -1,8 +1,8 @@
 """The record of one signature (`Tape`) and its replay on raw arrays.
 
 A tape is a straight-line program over numbered slots: runs of `Op`s (forwards),
-`Backward`s (the recorded graph walks, as lists of `Node`s) and `Call`s (optimizer
-steps and other state changes), in the order they happened. `record.py` writes it;
+`Backward`s (the engine's plan of each walk, numbered for the record) and `Call`s
+(optimizer steps and other state changes), in the order they happened. `record.py` writes it;
 `Tape.run` plays it back (as Python written for it by `codegen.py`), and `Replayed` wraps a whole replay as one node when its
 result is differentiated outside the function.
 """
@@ -21,35 +21,23 @@ from .codegen import write_replay, write_walk
 class Op:
     """One op of the record: `values[out] = cls().forward(*values[ins], **params)`."""
 
-    __slots__ = ("index", "cls", "backend", "ins", "params", "dynamic", "out", "needs_grad", "targets",
-                 "frees", "recorded")
+    __slots__ = ("index", "cls", "backend", "ins", "params", "dynamic", "out", "needs_grad", "frees", "recorded")
 
-    def __init__(self, index, cls, backend, ins, params, dynamic, out, needs_grad, targets):
+    def __init__(self, index, cls, backend, ins, params, dynamic, out, needs_grad):
         self.index, self.cls, self.backend = index, cls, backend
         self.ins, self.params, self.dynamic, self.out = ins, params, dynamic, out
-        self.needs_grad, self.targets = needs_grad, targets  # for ops recorded for backward, else None
+        self.needs_grad = needs_grad  # for ops recorded for backward, else None
         self.recorded = needs_grad is not None
         self.frees: tuple = ()  # slots whose last use is this op's forward
 
 
-class Node:
-    """One node of a recorded backward: op `index` gets its gradient from `pending[index]`
-    and sends `grads[i]` on along each route (i, to_node, target, input shape, reduce): to op
-    `target`'s pending gradient or to leaf `target`, summed to the input's shape first if `reduce`."""
-
-    __slots__ = ("index", "ins", "routes", "frees")
-
-    def __init__(self, index, ins, routes):
-        self.index, self.ins, self.routes = index, ins, routes
-        self.frees: tuple = ()  # slots whose last use is this node's backward
-
-
 class Backward:
-    """A backward inside the function: the walk from op `root` (None: the root is leaf `root_leaf`)."""
+    """A backward inside the function: the engine's `BackwardPlan` of that walk, its nodes op numbers
+    and its leaves leaf numbers of the record, run from `seed` (a slot, or a constant array)."""
 
-    def __init__(self, root, root_leaf, seed, nodes, backend, retain_graph):
-        self.root, self.root_leaf, self.seed, self.nodes = root, root_leaf, seed, nodes
-        self.backend, self.retain_graph = backend, retain_graph
+    def __init__(self, plan, seed, backend):
+        self.plan, self.seed, self.backend = plan, seed, backend
+        self.frees: dict[int, tuple] = {}  # plan step -> slots whose last use is that step's backward
 
 
 class Call:
@@ -86,7 +74,7 @@ class Tape:
         self.program: list = []  # runs of Ops (lists), Backward and Call, in the order they happened
         self.calls = 0
         self.output: Any = None
-        self.differentiable: tuple | None = None  # (slot, op, nodes) of a result with a graph left
+        self.differentiable: tuple | None = None  # (slot, numbered plan) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])
         self.modules: list = []  # the modules called while recording, and their train/eval modes
@@ -195,24 +183,13 @@ class Tape:
                     lines.append(f"  #{op.index:<4}{op.cls.__name__:<13}({ins}{', ' if params else ''}{params})"
                                  f" -> {names[op.out]} {describe(*self.slot_types[op.out])}{mark}")
             elif type(step) is Backward:
-                lines.append(f"  backward from {'#' + str(step.root) if step.root is not None else 'a leaf'}"
-                             f" ({len(step.nodes)} nodes, in this order):")
-                arrived: set = set()
-                lines += [f"    #{node.index:<4}{self.ops[node.index].cls.__name__:<13}"
-                          + ", ".join(self._route_text(r, arrived) for r in node.routes) for node in step.nodes]
-                sums = sum(r[4] for node in step.nodes for r in node.routes)
-                lines.append(f"    ({sums} broadcast gradients summed back to their input's shape; "
-                             "+= marks a gradient added to one that arrived before: fan-out)")
+                lines += ["  " + line for line in step.plan.format(self._op_name, self._leaf_name).splitlines()]
             else:
                 lines.append(f"  call {step.function.__qualname__}")
         return "\n".join(lines)
 
-    def _route_text(self, route: tuple, arrived: set) -> str:
-        i, to_node, target, shape, reduce = route
-        where = f"#{target}" if to_node else f"leaf {self._leaf_name(target)}"
-        arrow = "+=" if (to_node, target) in arrived else "->"
-        arrived.add((to_node, target))
-        return f"g{i} {'sum_to ' + str(shape) + ' ' if reduce else ''}{arrow} {where}"
+    def _op_name(self, step) -> str:
+        return f"#{step.node} {step.op}"
 
     def _leaf_name(self, k: int) -> str:
         kind, ref = self.leaves[k]
@@ -242,10 +219,6 @@ class Replayed(OnceDifferentiable, register=False):
         return self.values[tape.differentiable[0]]
 
     def backward(self, g, *leaf_arrays):
-        freed = [node.index for node in self.tape.differentiable[2] if self.fns[node.index] is None]
-        if freed:  # a backward inside the function went through these without retain_graph, as eager would say
-            raise RuntimeError(f"backward through {self.tape.ops[freed[0]].cls.__name__} a second time: its "
-                               "saved values were freed after the first backward; pass retain_graph=True to "
-                               "the first call")
+        self.tape.differentiable[1].check_not_freed()  # freed by a backward inside, as eager would say
         return self.tape.backward_to_leaves(g, self.values, self.fns)
 

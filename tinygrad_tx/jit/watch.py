@@ -23,13 +23,13 @@ import sys
 import threading
 from typing import Any
 
-from .. import autograd
+from .. import observers
 from ..inspect.instrument import ENGINE_DIR
 from ..tensor import Tensor
 
 _recorders: dict[int, Any] = {}  # thread id -> the recorder writing a record in that thread
 _lock = threading.Lock()
-_ANNOUNCED = autograd.replayable(lambda: None).__code__  # the wrapper of every replayable call
+_ANNOUNCED = observers.replayable(lambda: None).__code__  # the wrapper of every replayable call
 
 
 def by_user(frame: Any) -> bool:
@@ -59,10 +59,10 @@ class _Data:
     def __set__(self, t: Tensor, array: Any) -> None:
         old = t.__dict__.get("data")
         if old is array:
-            autograd.show_side_effect(f"a write to the .data of a tensor of shape {array.shape} (`p.data -= lr * "
+            observers.show_side_effect(f"a write to the .data of a tensor of shape {array.shape} (`p.data -= lr * "
                                       "p.grad.data`? write optim.SGD(params, lr=lr).step(), which is replayed)")
         elif old is not None:
-            autograd.show_side_effect(f"the .data of a tensor of shape {old.shape} was replaced (an EMA? "
+            observers.show_side_effect(f"the .data of a tensor of shape {old.shape} was replaced (an EMA? "
                                       "nn.init? load_state_dict?)")
         t.__dict__["data"] = array
 
@@ -74,7 +74,7 @@ class _Grad:
     def __set__(self, t: Tensor, grad: Any) -> None:
         if threading.get_ident() in _recorders and by_user(sys._getframe(1)):
             shape = vars(t)["data"].shape
-            autograd.show_side_effect(f"`.grad = ...` on a tensor of shape {shape} (`p.grad = None`? "
+            observers.show_side_effect(f"`.grad = ...` on a tensor of shape {shape} (`p.grad = None`? "
                                       "optimizer.zero_grad() and module.zero_grad() are replayed)")
         t.__dict__["grad"] = grad
 

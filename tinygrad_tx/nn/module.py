@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .. import autograd
+from .. import observers
+from ..observers import replayable
 from ..backend import get_backend
 from ..tensor import Tensor
 from .hooks import GLOBAL_HOOKS, HookSet, RemovableHandle, call_with_hooks
@@ -24,8 +25,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if autograd._observers:
-            autograd.show_module(self)
+        observers.show_module(self)
         if not (self._hooks or GLOBAL_HOOKS):
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, args, kwargs)
@@ -102,7 +102,7 @@ class Module:
             t.data = t.backend.from_host(np.array(state[name], dtype=t.dtype))  # a copy: no shared memory
 
     # -- modes and devices --------------------------------------------------------------
-    @autograd.replayable  # `model.eval()` inside a jitted function: made again at each replay
+    @replayable  # `model.eval()` inside a jitted function: made again at each replay
     def train(self, mode: bool = True) -> "Module":
         for module in self.modules():
             module.training = mode
@@ -120,7 +120,7 @@ class Module:
                 t.grad = None if t.grad is None else t.grad.to(device)
         return self
 
-    @autograd.replayable  # inside a jitted step, made again at each replay, as the optimizer's
+    @replayable  # inside a jitted step, made again at each replay, as the optimizer's
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.grad = None

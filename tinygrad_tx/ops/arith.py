@@ -2,16 +2,16 @@
 
 Inputs may have different (broadcastable) shapes: each backward returns the
 gradient in the broadcast shape and the engine sums it back to each input's
-shape, so no op here repeats that bookkeeping. Gradients are only computed for
+shape, so no op here repeats that bookkeeping (but MatMul, see there). Gradients are only computed for
 inputs that want one (`needs_grad`): constants such as the 2 in `x * 2` cost nothing.
 Backward formulas use operators only, so they read the same on arrays and on
 Tensors (see `autograd`).
 """
 from __future__ import annotations
 
-from ..autograd import Function
+from ..autograd import Function, sum_to
 from ..tensor import Tensor
-from .reduce import column_sums
+from .kernels import column_sums
 
 
 class Add(Function):
@@ -105,14 +105,20 @@ class Cast(Function):
 
 
 class MatMul(Function):
-    """Matrix product of (..., n, k) and (..., k, m), batch axes broadcast."""
+    """Matrix product of (..., n, k) and (..., k, m), batch axes broadcast.
+
+    Its output's shape tells nothing about whether an input's batch axes were broadcast
+    (the matrix axes differ anyway), so it sums them back itself, as Expand does.
+    """
+
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, y):
         return x @ y
 
     def backward(self, g, x, y):  # g: (..., n, m)
-        gx = g @ y.swapaxes(-1, -2) if self.needs_grad[0] else None  # (..., n, k)
-        gy = x.swapaxes(-1, -2) @ g if self.needs_grad[1] else None  # (..., k, m)
+        gx = sum_to(g @ y.swapaxes(-1, -2), x.shape) if self.needs_grad[0] else None  # (..., n, k)
+        gy = sum_to(x.swapaxes(-1, -2) @ g, y.shape) if self.needs_grad[1] else None  # (..., k, m)
         return gx, gy
 
 
@@ -122,6 +128,8 @@ class Linear(Function):
     One op instead of MatMul then Add: the bias is added into the product in place,
     saving a pass over the (N, out) output and a buffer of its size.
     """
+
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, w, b):
         y = x @ w  # (N, out)

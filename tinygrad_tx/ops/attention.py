@@ -14,12 +14,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import autograd
+from .. import observers
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import dropout_mask
+from .kernels import row_dots, row_max, row_sums
 from .precision import in_float32
-from .reduce import row_dots, row_max, row_sums
 from .select import as_mask
 
 
@@ -64,8 +64,8 @@ def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
     """The keep-mask (or None): `mask`, and the causal rule if `causal`.
 
     Combined inside the op rather than by its caller, so that the combination of a
-    padding mask made from this call's ids is part of the op (`tx.jit` replays it),
-    not an array fixed by whoever recorded it.
+    padding mask made from this call's ids is part of the op's forward, made again
+    whenever forward runs, not an array computed once outside it.
     """
     if not causal:
         return mask
@@ -139,6 +139,5 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, cau
     weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
         q.backend.xp, q.data, k.data, keep, scale)
     weights = q.backend.cast(weights, q.dtype)  # float16 attention keeps its weights in float32
-    if autograd._observers:
-        autograd.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
+    observers.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
     return out, Tensor._from_op(weights, q.backend)

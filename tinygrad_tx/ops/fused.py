@@ -8,8 +8,8 @@ once-differentiable.
 from __future__ import annotations
 
 from ..autograd import OnceDifferentiable
+from .kernels import column_dots, column_sums, row_dots, row_sums
 from .precision import in_float32
-from .reduce import column_dots, column_sums, row_dots, row_sums
 
 
 @in_float32
@@ -63,6 +63,7 @@ class LayerNorm(OnceDifferentiable):
     pass over memory spared.
     """
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("rstd", "x_hat")
 
     def forward(self, x, w, b, eps):

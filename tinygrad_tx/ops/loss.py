@@ -16,8 +16,8 @@ from __future__ import annotations
 from ..autograd import OnceDifferentiable
 from ..tensor import Tensor
 from .nn import as_ids
+from .kernels import row_sums
 from .precision import in_float32
-from .reduce import row_sums
 from .select import check_range
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -29,6 +29,7 @@ class CrossEntropy(OnceDifferentiable):
     forward reads them for the max, the shift, the exponentials and their sum; backward
     writes the gradient once and fixes the N target entries."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("count", "e", "log_z", "rows", "target", "keep", "eps", "reduction")
 
     def forward(self, logits, target, ignore_index, label_smoothing, reduction):
@@ -37,7 +38,7 @@ class CrossEntropy(OnceDifferentiable):
         keep = flat_target != ignore_index if ignore_index is not None else None  # (N,)
         if keep is not None:
             flat_target = xp.where(keep, flat_target, 0)  # ignored ids may be anything, even out of range
-        check_range(flat_target, C, "cross_entropy: id")  # here, so a jit replay checks each call's ids
+        check_range(flat_target, C, "cross_entropy: id")  # ids are values: checked where values are
         shifted = (logits - logits.max(axis=-1, keepdims=True)).reshape(-1, C)  # (N, C)
         picked = shifted[rows, flat_target]  # (N,) the target's shifted logit
         # row sums by BLAS, 3× faster than NumPy's reduce on the (N, C) rows here

@@ -31,10 +31,11 @@ def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
 
 class Embedding(OnceDifferentiable):
     """Rows of `weight` picked by integer ids; the gradient scatters back with add,
-    so an id used twice in a batch receives both gradients. The ids are checked here, in
-    forward, so that a `tx.jit` replay checks each call's ids (NumPy would wrap a negative
-    one around silently, CuPy any bad one)."""
+    so an id used twice in a batch receives both gradients. The ids are values, so they are
+    checked where values are, in forward, at every call (NumPy would wrap a negative one
+    around silently, CuPy any bad one)."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("padding_idx",)
 
     def forward(self, weight, ids, padding_idx):

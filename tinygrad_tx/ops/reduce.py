@@ -12,84 +12,8 @@ from ..autograd import Function, sum_to
 from ..backend import widened_sum
 
 
-def normalize_axis(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
-    """Axes as a sorted tuple of non-negative ints; None means all of them."""
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    for a in axes:
-        if not -ndim <= a < max(ndim, 1):
-            raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
-    return tuple(sorted(a % max(ndim, 1) for a in axes))
-
-
-def kept_shape(shape: tuple, axes: tuple) -> tuple:
-    """`shape` with the reduced axes kept as 1 (what keepdims=True gives)."""
-    return tuple(1 if i in axes else n for i, n in enumerate(shape))
-
-
-def row_sums(xp, x):
-    """`x.sum(axis=-1, keepdims=True)` for a floating `x` (..., n), as the product x · ones.
-
-    Fused ops reduce short rows (a model's width, a query's keys) over and over, where
-    NumPy's reduce is slow; BLAS's matrix-vector product was about 3× faster on rows of 12
-    to 64 here. Same sum, added in another order. The rows are made one (N, n) matrix first:
-    on a stack, matmul makes one BLAS call per matrix (256 for attention's (64, 4, 12, 12)
-    scores, 3× slower). (..., n) -> (..., 1)
-    """
-    rows = x.reshape(-1, x.shape[-1])  # (N, n)
-    return (rows @ xp.ones(x.shape[-1], dtype=x.dtype)).reshape(*x.shape[:-1], 1)
-
-
-def column_sums(xp, x):
-    """`x.sum(axis=all but the last)` for a floating `x` (..., n), as ones · x: a bias's
-    gradient, summed over every row of a batch. NumPy adds those rows one after another, as
-    BLAS does, but BLAS's product was 3-4× faster here. Written with operators and
-    `xp.ones_like` only, so a twice-differentiable backward may use it. (..., n) -> (n,)
-    """
-    rows = x.reshape(-1, x.shape[-1])  # (N, n)
-    return xp.ones_like(rows[:, 0]) @ rows
-
-
-def row_dots(xp, a, b):
-    """`(a * b).sum(axis=-1, keepdims=True)` for floating `a`, `b` of one shape (..., n).
-
-    einsum multiplies and adds in one pass with no (..., n) temporary: 1.5-2.5× faster
-    here than `row_sums(a * b)` on rows of 32 to 8000. On shorter rows its per-row cost
-    loses to the product and one BLAS call. (..., n) -> (..., 1)
-    """
-    if a.shape[-1] < 32:
-        return row_sums(xp, a * b)
-    return xp.einsum("...j,...j->...", a, b)[..., None]
-
-
-def column_dots(xp, a, b):
-    """`(a * b)` summed over all but the last axis: a scale's gradient (LayerNorm's
-    weight), chosen between einsum and BLAS as `row_dots` is. (..., n) -> (n,)"""
-    if a.shape[-1] < 32:
-        return column_sums(xp, a * b)
-    n = a.shape[-1]
-    return xp.einsum("ij,ij->j", a.reshape(-1, n), b.reshape(-1, n))
-
-
-def row_max(xp, x):
-    """`x.max(axis=-1, keepdims=True)`, by halving the rows: max(left half, right half), again.
-
-    NumPy's reduce walks short rows one at a time (attention's rows are a sequence's keys);
-    log2(n) elementwise maximums over the whole array are 3× faster at n = 12, and the result
-    is the same (a maximum is exact). (..., n) -> (..., 1)
-    """
-    top = x
-    while top.shape[-1] > 1:
-        n = top.shape[-1]
-        half = xp.maximum(top[..., :n // 2], top[..., n // 2:n // 2 * 2])  # (..., n // 2)
-        if n % 2:  # the odd last column joins the first
-            xp.maximum(half[..., :1], top[..., -1:], out=half[..., :1])
-        top = half
-    return top if top is not x else x.copy()
-
-
 class Sum(Function):
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
 
     def forward(self, x, axis, keepdims):
@@ -103,6 +27,7 @@ class Sum(Function):
 class Max(Function):
     """Maximum; the gradient goes to the maximal elements, split evenly between ties."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis", "share")
 
     def forward(self, x, axis, keepdims):
@@ -119,8 +44,26 @@ class Max(Function):
 class Expand(Function):
     """Broadcast to a larger shape (a read-only view: no memory is copied)."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
+
     def forward(self, x, shape):
         return self.xp.broadcast_to(x, shape)
 
     def backward(self, g, x):
         return (sum_to(g, x.shape),)
+
+
+def normalize_axis(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
+    """Axes as a sorted tuple of non-negative ints; None means all of them."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    for a in axes:
+        if not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+    return tuple(sorted(a % max(ndim, 1) for a in axes))
+
+
+def kept_shape(shape: tuple, axes: tuple) -> tuple:
+    """`shape` with the reduced axes kept as 1 (what keepdims=True gives)."""
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))

@@ -18,8 +18,9 @@ from ..tensor import Tensor
 
 class Getitem(Function):
     """`x[index]`; `ranges` lists (position in `index`, axis) of each integer array, checked
-    here, in forward, because ids are values: a `tx.jit` replay checks each call's ids too."""
+    here, in forward, because ids are values: whatever runs forward checks each call's ids."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
 
     def forward(self, x, index, advanced, ranges):
@@ -47,6 +48,7 @@ def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool
 class ScatterAdd(Function):
     """Getitem's gradient as an op (used under create_graph); its own gradient is Getitem."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
 
     def forward(self, g, shape, index, advanced):
@@ -141,7 +143,7 @@ def as_mask(mask: Any, backend: Backend, op: str) -> Any:
 class Compare(Function, register=False):
     """`a < b`, `a != b`, `a & b`, `~a`, ...: a boolean result with no gradient, so Tensor
     applies it to detached inputs and no node is recorded. It is an op all the same, so that
-    instruments see masks being made from inputs (`tx.jit` replays them with new ids)."""
+    instruments see masks being made from inputs (a recording replays them with new ids)."""
 
     def forward(self, *arrays, operator):
         return operator(*arrays)

@@ -9,6 +9,8 @@ from ..tensor import Tensor
 
 
 class Reshape(Function):
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
+
     def forward(self, x, shape):
         return x.reshape(shape)
 
@@ -19,6 +21,7 @@ class Reshape(Function):
 class Transpose(Function):
     """Permute axes (NumPy's `transpose(axes)`); the gradient applies the inverse permutation."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axes",)
 
     def forward(self, x, axes):
@@ -33,6 +36,7 @@ class Transpose(Function):
 class Cat(Function):
     """Join along an existing axis; each input's gradient is its slice of g."""
 
+    broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
 
     def forward(self, *xs, axis):

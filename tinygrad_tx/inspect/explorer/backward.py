@@ -1,12 +1,12 @@
-"""The backward walk as the page steps through it: the engine's own order and values.
+"""The backward walk as the page steps through it: the engine's own plan, and its values.
 
 `backward_steps(root, grad, node_id)` runs `root.backward(grad)` under
-`trace_backward` and returns one record per node visited, in the engine's order:
-the gradient arriving at it, what it sends to each input (and whether that input
-had already received one: fan-out, added with `+=`; whether it was summed back
-over broadcast axes), and which of its arrays the engine releases right after.
-This is the one place the explorer learns the walk; when the engine exposes its
-plan (`tx.backward_plan`), only this function changes.
+`trace_backward` and returns one record per step of the engine's plan
+(`tx.backward_plan`), in its order: the gradient arriving at the node, what it sends
+along each of the plan's routes (whether that input had already received one: fan-out,
+added with `+=`; whether the plan sums it back over broadcast axes: `sum_to`), and
+which of its arrays the plan releases right after. Orders, routes and releases are the
+plan's; values are the engine's own arrays. Nothing here decides a rule of the walk.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...plan import backward_plan
 from ...tensor import Tensor
-from ..instrument import raw
 from ..trace import trace_backward
 
 
@@ -33,21 +33,10 @@ class WalkStep:
     releases: list[str] = field(default_factory=list)
 
 
-class _Walk(trace_backward):
-    """trace_backward, also noting each gradient's shape before the engine sums it back to its
-    input's shape, and what the node holds when the engine releases it."""
-
-    def __init__(self):
-        super().__init__()
-        self.raw_shapes: list[list[tuple]] = []
-        self.held: list[list[str]] = []
-
-    def backward(self, fn, grad, grads, seconds) -> None:
-        super().backward(fn, grad, grads, seconds)
-        self.raw_shapes.append([tuple(raw(g).shape) for t, g in zip(fn.inputs, grads)
-                                if g is not None and t.requires_grad])
-        self.held.append([f"input {i} {tuple(a.shape)}" for i, a in enumerate(fn.arrays)]
-                         + [f"saved {name}" for name in fn.saved_values()])
+def _held(fn) -> list[str]:
+    """What a node holds for backward, as the plan's release will free it."""
+    return ([f"input {i} {tuple(a.shape)}" for i, a in enumerate(fn.arrays)]
+            + [f"saved {name}" for name in fn.saved_values()])
 
 
 def seed_gradient(root: Tensor) -> Tensor | None:
@@ -59,15 +48,20 @@ def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], s
                    retain_graph: bool = False) -> list[WalkStep]:
     """Run backward from `root` and return the walk, step by step. `node_id` names a node
     (a Function, or a leaf Tensor) the way the page's graph does."""
-    with _Walk() as walk:
+    held = {}  # what each node holds for backward, noted before the walk releases it
+    if root.grad_fn is not None:
+        held = {id(s.node): _held(s.node) for s in backward_plan(root, retain_graph).steps if not s.freed}
+    with trace_backward() as walk:
         root.backward(grad, retain_graph=retain_graph)
     steps = []
-    for step, shapes, held in zip(walk.steps, walk.raw_shapes, walk.held):
+    for step in walk.steps:
+        planned = walk.plans[0].steps[step.step]
         record = WalkStep(step.number, node_id(step.node), step.op, step.grad,
-                          releases=[] if retain_graph else held)
-        for flow, shape in zip(step.sent, shapes):
-            record.sends.append({"to": node_id(flow.target), "arrival": flow.arrival,
-                                 "summed_from": list(shape) if shape != tuple(flow.grad.shape) else None})
+                          releases=held.get(id(step.node), []) if planned.releases else [])
+        for flow in step.sent:
+            # where the plan sums a broadcast back, the node sent a gradient of its output's shape
+            summed_from = list(planned.shape) if flow.route.sum_to is not None else None
+            record.sends.append({"to": node_id(flow.target), "arrival": flow.arrival, "summed_from": summed_from})
             record.sent.append(flow.grad)
         steps.append(record)
     return steps

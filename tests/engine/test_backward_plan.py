@@ -1,0 +1,144 @@
+"""Backward is one plan: `tx.backward_plan` says what the walk will do, and eager backward,
+`trace_backward` and a `tx.jit` replay (its record and generated code) all do exactly that.
+
+The graph has every rule of the walk in it: a shared input (x feeds the product and the
+square), fan-out (h feeds the bias add and the last product), broadcasting (b (3,) added
+to h (2, 3)) and a retained graph (walked twice, the gradients adding up).
+"""
+import re
+
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+from tinygrad_tx.inspect import trace_backward
+
+torch = pytest.importorskip("torch")
+
+RNG = np.random.default_rng(7)
+X0, W0, B0 = RNG.standard_normal((2, 3)), RNG.standard_normal((3, 3)), RNG.standard_normal(3)
+
+
+def loss_of(x, w, b):
+    h = x @ w  # (2, 3), used twice below
+    u = (h + b).tanh()  # b broadcast over the rows
+    return (u * h).sum() + (x * x).sum()  # x used by the product and twice by the square
+
+
+# The plan, worked out by hand: nodes newest first (the last op made runs first); each
+# route is (input, destination, sum_to); "+=" marks a second arrival at one destination.
+EXPECTED = [
+    ("Add", [(0, "step 3", None), (1, "step 1", None)]),
+    ("Sum", [(0, "step 2", None)]),
+    ("Mul", [(0, "leaf x", None), (1, "+= leaf x", None)]),
+    ("Sum", [(0, "step 4", None)]),
+    ("Mul", [(0, "step 5", None), (1, "step 7", None)]),
+    ("Tanh", [(0, "step 6", None)]),
+    ("Add", [(0, "+= step 7", None), (1, "leaf b", (3,))]),
+    ("MatMul", [(0, "+= leaf x", None), (1, "leaf w", None)]),
+]
+
+
+def leaves():
+    return [tx.Tensor(a.copy(), requires_grad=True, name=n) for a, n in ((X0, "x"), (W0, "w"), (B0, "b"))]
+
+
+def described(plan, leaf_name=lambda t: t.name):
+    """The plan's steps as (op, [(input, destination, sum_to)]), in EXPECTED's words."""
+    out = []
+    for step in plan.steps:
+        routes = [(r.input, ("+= " if r.accumulates else "") + (f"leaf {leaf_name(plan.leaves[r.to])}" if r.leaf
+                                                                 else f"step {r.to}"), r.sum_to)
+                  for r in step.routes]
+        out.append((step.op, routes))
+    return out
+
+
+def torch_grads():
+    x, w, b = (torch.tensor(a, requires_grad=True) for a in (X0, W0, B0))
+    loss_of(x, w, b).backward()
+    return [t.grad.numpy() for t in (x, w, b)]
+
+
+def test_the_plan_is_the_walk_worked_out_by_hand():
+    x, w, b = leaves()
+    loss = loss_of(x, w, b)
+    plan = tx.backward_plan(loss, retain_graph=True)
+    assert described(plan) == EXPECTED
+    assert [t.name for t in plan.leaves] == ["x", "b", "w"]  # in the order they first get a route
+    assert [step.shape for step in plan.steps][:3] == [(), (), (2, 3)]
+    text = str(plan)
+    assert "g1 sum_to (3,) -> leaf b" in text and "g0 += step 7 (MatMul)" in text
+    assert tx.backward_plan(loss).steps[0].releases and not plan.steps[0].releases
+
+
+def test_eager_backward_and_trace_backward_follow_the_plan_and_match_torch():
+    x, w, b = leaves()
+    loss = loss_of(x, w, b)
+    plan = tx.backward_plan(loss, retain_graph=True)
+    with trace_backward() as trace:
+        loss.backward(retain_graph=True)  # walked twice: the second walk adds the same again
+        loss.backward()
+    first, second = trace.plans
+    assert described(first) == described(second) == described(plan) == EXPECTED
+    assert [s.node for s in first.steps] == [s.node for s in plan.steps]  # the same nodes, not copies
+    assert [s.releases for s in (first.steps[0], second.steps[0])] == [False, True]
+    # the steps ran in the plan's order, each gradient sent along its route to its destination
+    n = len(plan.steps)
+    assert [s.step for s in trace.steps] == [*range(n), *range(n)]
+    for ran in trace.steps:
+        step = plan.steps[ran.step]
+        assert ran.node is step.node and [f.route for f in ran.sent] == list(step.routes)
+        for flow in ran.sent:
+            r = flow.route
+            assert flow.target is (plan.leaves[r.to] if r.leaf else plan.steps[r.to].node)
+            assert flow.grad.shape == (plan.leaves[r.to].shape if r.leaf else plan.steps[r.to].shape)
+    x_flows = trace.flows_into(x)  # x's three uses in each walk: the first stored, the others added
+    assert [f.route.accumulates for f in x_flows] == [False, True, True] * 2
+    assert [f.arrival for f in x_flows] == [1, 2, 3, 4, 5, 6]
+    for got, want in zip((x.grad, w.grad, b.grad), torch_grads()):
+        np.testing.assert_allclose(got.numpy(), 2 * want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_jit_replay_runs_the_same_plan_and_equals_eager_bit_for_bit():
+    def step(x, w, b):
+        loss = loss_of(x, w, b)
+        loss.backward(retain_graph=True)
+        loss.backward()
+        return loss
+
+    x, w, b = leaves()
+    eager_plan = tx.backward_plan(loss_of(x, w, b), retain_graph=True)
+    step(x, w, b)
+    eager = [t.grad.numpy() for t in (x, w, b)]
+    jitted = tx.jit(step)
+    for _ in range(3):  # a recording, then replays
+        x, w, b = leaves()
+        jitted(x, w, b)
+        for got, want in zip((x.grad, w.grad, b.grad), eager):
+            np.testing.assert_array_equal(got.numpy(), want)
+    assert jitted.replays == 2
+    tape = jitted.tape(x, w, b)
+    walks = [s.plan for s in tape.program if hasattr(s, "plan")]
+    assert len(walks) == 2
+    arg_names = {0: "x", 1: "w", 2: "b"}
+    for walk in walks:  # the record keeps the engine's plan, with op and leaf numbers for its objects
+        assert described(walk, lambda k: arg_names[tape.leaves[k][1]]) == described(eager_plan) == EXPECTED
+        assert walk.routes == eager_plan.routes
+    # and the code a replay runs is that plan written out: each step's backward in the plan's order
+    source = tape.source()
+    written = [int(op) for op in re.findall(r"gs = F\[(\d+)\]\.backward", source)]
+    assert written == [s.node for s in walks[0].steps] + [s.node for s in walks[1].steps]
+    assert source.count("sum_to(gt, (3,))") == 2  # b's broadcast, once per walk, and nothing else summed
+    for got, want in zip(eager, torch_grads()):
+        np.testing.assert_allclose(got, 2 * want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_plan_through_a_freed_graph_says_so_and_backward_refuses_it():
+    x, w, b = leaves()
+    loss = loss_of(x, w, b)
+    loss.backward()
+    plan = tx.backward_plan(loss)
+    assert plan.steps[0].freed and "freed by an earlier backward" in str(plan)
+    with pytest.raises(RuntimeError, match="a second time"):
+        loss.backward()
