@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from dataclasses import fields
-from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
@@ -29,7 +28,7 @@ import tinygrad_tx.distributed as dist
 from .corpus import Sources, describe, group_references, normalise, read_corpus
 from .data import EOS, DataError
 from .evaluation import InputTooLong, by_length, cross_attention, encode_sources, score, translate
-from .plots import plot_attention
+from .plots import check_picture_path, plot_attention
 from .ranks import EveryRankError
 from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
@@ -185,8 +184,8 @@ def report(run: Run, beam: int, as_json: bool, lengths: bool = False, sources: S
 
 def run_translate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
-    if args.attention and not Path(args.attention).resolve().parent.is_dir():
-        raise ValueError(f"--attention {args.attention}: the directory to write it into does not exist")
+    if args.attention:
+        check_picture_path(args.attention)
     run = open_run(args.checkpoint, args.device)
     # one output line per input line; the same normalisation as the training pairs got
     sentences = [normalise(text) for text in args.sentences or sys.stdin.read().splitlines()]
@@ -199,11 +198,11 @@ def run_translate(args: argparse.Namespace) -> None:
             print(f"note: {', '.join(map(repr, unknown))} in {sentence[:40]!r} never occurred in training "
                   f"and will be read as <unk>", file=sys.stderr)
     outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.tokenizers, args.beam)
+    if args.attention and not outputs[0]:  # said before any output, so that stdout holds all or nothing
+        raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
     for output in outputs:
         print(output)
     if args.attention:
-        if not outputs[0]:
-            raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
         src = encode_sources(sentences[:1], run.src_vocab, src_tok, run.model.config.max_len)
         # row i: the query that produced output token i, fed BOS and the tokens before it;
         # the labels are the tokens the model saw (subword pieces for bpe/unigram)

@@ -45,6 +45,24 @@ def plot_curves(run_dir: Path) -> bool:
     return True
 
 
+def check_picture_path(path: str | Path) -> None:
+    """Refuse, before any work is done, a picture path that `plot_attention` could not write."""
+    path = Path(path)
+    if not path.resolve().parent.is_dir():
+        raise ValueError(f"--attention {path}: the directory to write it into does not exist")
+    if path.is_dir():
+        raise ValueError(f"--attention {path} is a directory, not a picture file")
+    plt = _pyplot()
+    if plt is None:
+        return  # no picture will be drawn; `translate` says so
+    figure = plt.figure()
+    kinds = figure.canvas.get_supported_filetypes()  # what savefig writes, by file name ending
+    plt.close(figure)
+    if path.suffix.lower().lstrip(".") not in kinds:
+        raise ValueError(f"--attention {path}: the file name must end in one of "
+                         f"{', '.join('.' + kind for kind in sorted(kinds))}")
+
+
 def plot_attention(weights: np.ndarray, source: Sequence[str], output: Sequence[str], path: str | Path) -> bool:
     """One heatmap per head: which source token each generated token looked at.
 
