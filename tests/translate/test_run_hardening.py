@@ -15,27 +15,11 @@ from models.translate.corpus import read_corpus
 from models.translate.run import LOCK, claim
 from models.translate.tasks import TASKS
 
+from .test_cli_errors import assert_one_line_error, run
+
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--heads", "2", "--layers", "1",
         "--d-ff", "8", "--n-train", "60", "--n-held-out", "10", "--batch-size", "8"]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    """`python -m models ARGS` in this process: (exit status, stdout, stderr)."""
-    try:
-        cli.main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(code: int, err: str, *words: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
-    for word in words:
-        assert word in lines[0], (word, lines[0])
 
 
 def snapshot(directory: Path) -> dict:
@@ -75,7 +59,7 @@ def test_a_second_train_into_a_busy_directory_refuses_at_once_and_writes_nothing
         started = time.monotonic()
         args = ["--resume", "--steps", "6"] if resume else TINY
         code, stdout, err = run(capsys, "train", "--task", "copy", "--out", str(out), *args)
-        one_line_error(code, err, "another `train` is writing into", str(out))
+        assert_one_line_error(code, err, "another `train` is writing into", str(out))
         assert time.monotonic() - started < 60 and "training on" not in stdout
         assert snapshot(out) == before  # not a byte written, not a file touched
     finally:
@@ -163,5 +147,5 @@ def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, t
     pytest.importorskip("matplotlib")
     target = tmp_path / name if name else tmp_path
     code, out, err = run(capsys, "translate", "--checkpoint", str(trained), "abc", "--attention", str(target))
-    one_line_error(code, err, *words)
+    assert_one_line_error(code, err, *words)
     assert out == ""
