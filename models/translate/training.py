@@ -73,21 +73,24 @@ class Trainer:
         """Take the run directory (one `train` at a time), then fill a new one or, with --resume,
         restore the last checkpoint."""
         if not self.s.resume:
-            check_new_run_directory(self.dir)
-        try:
-            self.lock = claim(self.dir) if self.main else None
-            if self.main and not self.s.resume:
-                check_new_run_directory(self.dir)  # again: another run may have finished while we waited
-            problem = None
-        except RunError as e:
-            problem = e
-        on_every_rank(problem)
+            check_new_run_directory(self.dir)  # every rank: a user's directory is never written into
+        on_every_rank(self._claim() if self.main else None)
         if self.s.resume:
             self.restore()
         elif self.main:
-            create_run(self.dir, self.s.saved(), self.data.fingerprint, self.data.tokenizers,
-                       (self.data.src_vocab, self.data.tgt_vocab),
-                       {"valid": self.data.valid_pairs, "test": self.data.test_pairs})
+            create_run(self.dir, self.s.saved(), self.data)
+
+    def _claim(self) -> RunError | None:
+        """Rank 0 takes the run directory; what stops it, if anything, for every rank to see."""
+        try:
+            self.lock = claim(self.dir)
+            if not self.s.resume:
+                check_new_run_directory(self.dir)  # again: the run that held it may have written a checkpoint
+        except RunError as e:
+            if self.lock is not None:
+                self.lock.close()
+            return e
+        return None
 
     def train(self, progress) -> str:
         """Train until `steps`; returns "done" or "interrupted" (Ctrl-C stops at a step boundary).
