@@ -32,15 +32,15 @@ NOT_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
 
 
 def option(default: Any, help: str, rule: Rule | None = None, *, fixed: bool = False, corpus: bool = False,
-           choices: tuple | None = None, source: bool = False, flag: bool = True, saved: bool = True,
+           choices: tuple | None = None, source: bool = False, cli: bool = True, saved: bool = True,
            metavar: str | None = None) -> Any:
     """A `TrainSettings` field with what the command line and the checks need to know of it.
 
     fixed: a resumed run must keep it (its data or its model); corpus: only for --data corpora
     (a task has its own tokenisation); source: one of the two ways to say what to train on;
-    flag: it gets a flag of its own (--device is every command's); saved: it goes into run.json."""
+    cli: it gets a flag of its own (--device is every command's); saved: it goes into run.json."""
     return field(default=default, metadata=dict(help=help, rule=rule, fixed=fixed, corpus=corpus, choices=choices,
-                                                source=source, flag=flag, saved=saved, metavar=metavar))
+                                                source=source, cli=cli, saved=saved, metavar=metavar))
 
 
 @dataclass
@@ -78,7 +78,7 @@ class TrainSettings:
     eval_every: int = option(500, "validate and write last.npz every N steps", WHOLE)
     average: int = option(1, "the final model may be the mean of the weights at the last N validations", WHOLE)
     log_every: int = option(10, "log the loss every N steps", WHOLE)
-    device: str = option("cpu", "cpu or cuda", flag=False)
+    device: str = option("cpu", "cpu or cuda", cli=False)
     jit: bool = option(True, "run every training step eagerly instead of replaying it with tx.jit")
     resume: bool = option(False, "continue the run in --out from its last checkpoint", saved=False)
 
@@ -92,6 +92,7 @@ FIXED_ON_RESUME = tuple(f.name for f in fields(TrainSettings) if f.metadata["fix
 
 
 def flag(name: str) -> str:
+    """The command-line spelling of an option: d_model -> --d-model."""
     return "--" + name.replace("_", "-")
 
 
@@ -125,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     for f in fields(TrainSettings):
         meta = f.metadata
-        if not meta["flag"]:
+        if not meta["cli"]:
             continue
         where = source if meta["source"] else parser
         if isinstance(f.default, bool):  # a switch: --shared-vocab turns on, --no-jit turns off
