@@ -55,13 +55,18 @@ class Checkpointable:
         return cls.from_state(tx.load(path), path)
 
     @classmethod
+    def check_fits(cls, config: dict, weights: Any, path: str | Path = "the checkpoint") -> None:
+        """Refuse a config whose sizes are not those of the stored weights, before anything is built."""
+        check_sizes(config, weights, cls.SIZES, cls.POSITIONS, path)
+
+    @classmethod
     def from_state(cls, state: dict, path: str | Path = "the checkpoint"):
         """The model a loaded checkpoint dict describes."""
         if not isinstance(state, dict) or not set(MODEL_KEYS) <= state.keys() or not isinstance(state["config"], dict):
             raise LoadError(f"{path} is not a model saved by {cls.__name__}.save")
         if state["model"] != cls.__name__:
             raise LoadError(f"{path} holds a {state['model']!r}, not a {cls.__name__}")
-        check_sizes(state["config"], state["weights"], cls.SIZES, cls.POSITIONS, path)
+        cls.check_fits(state["config"], state["weights"], path)
         try:
             model = cls(**state["config"])
             model.load_state_dict(state["weights"])
@@ -71,7 +76,7 @@ class Checkpointable:
 
 
 def check_sizes(config: dict, weights: Any, sizes: dict[str, Size], positions: str, path: str | Path) -> None:
-    """Refuse a config whose sizes are not those of the stored weights (before anything is built)."""
+    """`check_fits` for the model class whose `SIZES` and `POSITIONS` are given."""
     if not isinstance(weights, dict):
         raise LoadError(f"{path}: its weights are not a name -> array mapping")
     shapes = {str(name): np.shape(w) for name, w in weights.items()}

@@ -5,6 +5,7 @@ never a reason for a training run to crash.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -52,6 +53,8 @@ def check_picture_path(path: str | Path) -> None:
         raise ValueError(f"--attention {path}: the directory to write it into does not exist")
     if path.is_dir():
         raise ValueError(f"--attention {path} is a directory, not a picture file")
+    if not os.access(path if path.exists() else path.resolve().parent, os.W_OK):
+        raise ValueError(f"--attention {path}: no permission to write it")
     plt = _pyplot()
     if plt is None:
         return  # no picture will be drawn; `translate` says so

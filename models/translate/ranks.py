@@ -39,14 +39,17 @@ def on_every_rank(error: Exception | None) -> None:
         raise EveryRankError(str(error) if error is not None else "another rank failed", shown) from None
 
 
-def check_ranks_agree(settings: TrainSettings, data: Prepared) -> None:
-    """Refuse, on every rank, to train when ranks differ in settings, data or vocabularies."""
+def check_ranks_agree(settings: TrainSettings, data: Prepared, checkpoint: dict | None) -> None:
+    """Refuse, on every rank, to train when ranks differ in settings, data, vocabularies or (resuming)
+    the checkpoint they start from (a run directory copied to each host, not shared, may be stale)."""
     if dist.world_size() == 1:
         return
-    what = {flag(name): value for name, value in vars(settings).items()}
-    what |= {"the corpus (fingerprint of its split pairs)": data.fingerprint,
-             "the source vocabulary": data.src_vocab.tokens, "the target vocabulary": data.tgt_vocab.tokens}
-    mine = np.array([_hash(value) for value in what.values()], dtype=np.int64)
+    what = {flag(name): _hash(value) for name, value in vars(settings).items()}
+    what |= {"the corpus (fingerprint of its split pairs)": _hash(data.fingerprint),
+             "the source vocabulary": _hash(data.src_vocab.tokens), "the target vocabulary": _hash(data.tgt_vocab.tokens)}
+    if checkpoint is not None:
+        what["the checkpoint last.npz"] = _weights_hash(checkpoint["weights"])
+    mine = np.array(list(what.values()), dtype=np.int64)
     root = dist.broadcast(mine.copy(), root=0)
     differ = dist.all_reduce((mine != root).astype(np.int64), op="sum")
     names = [name for name, n in zip(what, differ) if n]
@@ -59,3 +62,11 @@ def check_ranks_agree(settings: TrainSettings, data: Prepared) -> None:
 def _hash(value) -> int:
     """A 56-bit digest of a JSON-able value (fits an int64 that MPI can compare)."""
     return int.from_bytes(hashlib.sha256(json.dumps(value).encode()).digest()[:7], "big")
+
+
+def _weights_hash(weights: dict) -> int:
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name]).tobytes())
+    return int.from_bytes(digest.digest()[:7], "big")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import tinygrad_tx as tx
-from tinygrad_tx.serialization import write_atomically
+from tinygrad_tx.serialization import LoadError, write_atomically
 
 from .corpus import Sources, group_references, read_tsv
 from .data import Pair, Vocab
@@ -285,8 +285,9 @@ class Run:
         return group_references(read_held_out(self.directory, self.settings, split))
 
 
-def load_checkpoint(path: Path) -> dict:
-    """The state saved by `save_checkpoint`, with a clear error for a missing or damaged file."""
+def load_checkpoint(path: Path, fits: dict | None = None) -> dict:
+    """The state a model's `save` wrote, with a clear error for a missing or damaged file, or (given
+    the config of the model about to be built, `fits`) for weights of other sizes."""
     if not path.is_file():
         raise RunError(f"checkpoint {path} does not exist")
     try:
@@ -295,6 +296,11 @@ def load_checkpoint(path: Path) -> dict:
         raise RunError(f"checkpoint {path} is unreadable: {e}") from None
     if not isinstance(state.get("weights"), dict):
         raise RunError(f"checkpoint {path} is damaged: it holds no model weights")
+    if fits is not None:
+        try:
+            Transformer.check_fits(fits, state["weights"], path)
+        except LoadError as e:
+            raise RunError(f"{e} (the config of the run's settings in run.json)") from None
     return state
 
 

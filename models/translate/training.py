@@ -53,14 +53,16 @@ class Trainer:
         self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s, self.dir = settings, run_directory(settings)
         self.data = prepare(settings, self.dir)
-        check_ranks_agree(settings, self.data)
+        config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab), d_model=settings.d_model,
+                      num_heads=settings.heads, num_encoder_layers=settings.layers, num_decoder_layers=settings.layers,
+                      d_ff=settings.d_ff, dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
+                      tie_embeddings=settings.shared_vocab)
+        # a resumed run's checkpoint is read before its model is built: run.json may ask for any size
+        self.last = load_checkpoint(self.dir / "last.npz", fits=config) if settings.resume else None
+        check_ranks_agree(settings, self.data, self.last)
         tx.manual_seed(settings.seed)
-        model = Transformer(
-            len(self.data.src_vocab), len(self.data.tgt_vocab), d_model=settings.d_model, num_heads=settings.heads,
-            num_encoder_layers=settings.layers, num_decoder_layers=settings.layers, d_ff=settings.d_ff,
-            dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
-            tie_embeddings=settings.shared_vocab).to(settings.device)
-        self.model = dist.DataParallel(model)  # rank 0's weights on every rank; gradients averaged in backward
+        # rank 0's weights on every rank; gradients averaged over the ranks in backward
+        self.model = dist.DataParallel(Transformer(**config).to(settings.device))
         self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
         warmup = min(settings.warmup, settings.steps // 4)  # short runs still get to decay
         self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, settings.lr, settings.lr * 0.05)
@@ -200,8 +202,7 @@ class Trainer:
 
     def restore(self) -> None:
         """Take up the run where last.npz left it."""
-        path = self.dir / "last.npz"
-        state = load_checkpoint(path)
+        path, state = self.dir / "last.npz", self.last
         config = state.get("config") if isinstance(state.get("config"), dict) else {}
         check_vocabularies(self.dir, (config.get("src_vocab"), config.get("tgt_vocab")),
                            self.data.src_vocab, self.data.tgt_vocab)

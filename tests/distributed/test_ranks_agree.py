@@ -4,6 +4,7 @@ no MPI abort, and nothing written. Each rank is given its own arguments or worki
 with mpiexec's `A : B` form."""
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,18 @@ def test_ranks_reading_another_corpus_all_stop_with_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
     same = two_ranks(corpus, corpus, (hosts[0], hosts[0]))
     assert same.returncode == 0 and "held-out test" in same.stdout, same.stderr
+
+
+@needs_mpi
+def test_ranks_resuming_from_different_checkpoints_all_stop_with_one_line(tmp_path):
+    """A run directory copied to each host instead of shared: rank 1's copy is a stale one."""
+    hosts = tmp_path / "host0", tmp_path / "host1"
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", "run"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    hosts[0].mkdir()
+    subprocess.run([sys.executable, *task], cwd=hosts[0], env=env, check=True, capture_output=True, timeout=120)
+    shutil.copytree(hosts[0], hosts[1])
+    subprocess.run([sys.executable, *task, "--resume", "--steps", "6"], cwd=hosts[0], env=env, check=True,
+                   capture_output=True, timeout=120)
+    resume = [*task, "--resume", "--steps", "8"]
+    assert_refused(two_ranks(resume, resume, hosts), "the checkpoint last.npz")

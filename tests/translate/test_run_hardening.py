@@ -149,3 +149,24 @@ def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, t
     code, out, err = run(capsys, "translate", "--checkpoint", str(trained), "abc", "--attention", str(target))
     assert_one_line_error(code, err, *words)
     assert out == ""
+
+
+# -- [13] a run directory from elsewhere: run.json asking for a model its checkpoint does not hold --
+
+def test_resume_checks_run_json_against_the_checkpoint_before_building(capsys, tmp_path, trained, monkeypatch):
+    import json
+    import shutil
+
+    from models.transformer import Transformer
+
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    run_json = json.loads((out / "run.json").read_text())
+    run_json["settings"]["d_model"] = 65536  # 16 GiB of weights, were it built
+    (out / "run.json").write_text(json.dumps(run_json))
+
+    def build(self, *args, **kwargs):
+        raise AssertionError("the model was built before the checkpoint was checked")
+    monkeypatch.setattr(Transformer, "__init__", build)
+    code, _, err = run(capsys, "train", "--task", "copy", "--out", str(out), "--resume")
+    assert_one_line_error(code, err, "last.npz", "d_model 65536", "run.json")
