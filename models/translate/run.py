@@ -285,9 +285,8 @@ class Run:
         return group_references(read_held_out(self.directory, self.settings, split))
 
 
-def load_checkpoint(path: Path, fits: dict | None = None) -> dict:
-    """The state a model's `save` wrote, with a clear error for a missing or damaged file, or (given
-    the config of the model about to be built, `fits`) for weights of other sizes."""
+def load_checkpoint(path: Path) -> dict:
+    """The state a model's `save` wrote, with a clear error for a missing or damaged file."""
     if not path.is_file():
         raise RunError(f"checkpoint {path} does not exist")
     try:
@@ -296,12 +295,16 @@ def load_checkpoint(path: Path, fits: dict | None = None) -> dict:
         raise RunError(f"checkpoint {path} is unreadable: {e}") from None
     if not isinstance(state.get("weights"), dict):
         raise RunError(f"checkpoint {path} is damaged: it holds no model weights")
-    if fits is not None:
-        try:
-            Transformer.check_fits(fits, state["weights"], path)
-        except LoadError as e:
-            raise RunError(f"{e} (the config of the run's settings in run.json)") from None
     return state
+
+
+def check_fits(config: dict, state: dict, path: Path) -> None:
+    """The checkpoint's weights must have the sizes of the model `config` builds: checked before
+    building it, since a run directory from elsewhere may ask for any size."""
+    try:
+        Transformer.check_fits(config, state["weights"], path)
+    except LoadError as e:
+        raise RunError(f"{e} (the config of the run's settings in run.json)") from None
 
 
 def load_model(path: Path) -> Transformer:

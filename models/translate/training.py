@@ -39,8 +39,8 @@ from .evaluation import score, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
 from .ranks import check_ranks_agree, on_every_rank
-from .run import (RunError, append_metrics, check_new_run_directory, check_vocabularies, claim, create_run,
-                  keep_metrics_until, load_checkpoint, load_weights)
+from .run import (RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies, claim,
+                  create_run, keep_metrics_until, load_checkpoint, load_weights)
 from .settings import TrainSettings, run_directory
 from ..transformer import Transformer
 
@@ -57,8 +57,7 @@ class Trainer:
                       num_heads=settings.heads, num_encoder_layers=settings.layers, num_decoder_layers=settings.layers,
                       d_ff=settings.d_ff, dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
                       tie_embeddings=settings.shared_vocab)
-        # a resumed run's checkpoint is read before its model is built: run.json may ask for any size
-        self.last = load_checkpoint(self.dir / "last.npz", fits=config) if settings.resume else None
+        self.last = self._read_last(config) if settings.resume else None
         check_ranks_agree(settings, self.data, self.last)
         tx.manual_seed(settings.seed)
         # rank 0's weights on every rank; gradients averaged over the ranks in backward
@@ -70,6 +69,17 @@ class Trainer:
         self.average = Average(snapshot_steps(settings.steps, settings.eval_every, settings.average))
         self.lock = None
         self.warned_no_plot = False
+
+    def _read_last(self, config: dict) -> dict:
+        """last.npz of the run being resumed, checked against the vocabularies and, before it is
+        built, the model `config` describes."""
+        path = self.dir / "last.npz"
+        state = load_checkpoint(path)
+        saved = state.get("config") if isinstance(state.get("config"), dict) else {}
+        check_vocabularies(self.dir, (saved.get("src_vocab"), saved.get("tgt_vocab")),
+                           self.data.src_vocab, self.data.tgt_vocab)
+        check_fits(config, state, path)
+        return state
 
     def start(self) -> None:
         """Take the run directory (one `train` at a time), then fill a new one or, with --resume,
@@ -202,10 +212,7 @@ class Trainer:
 
     def restore(self) -> None:
         """Take up the run where last.npz left it."""
-        path, state = self.dir / "last.npz", self.last
-        config = state.get("config") if isinstance(state.get("config"), dict) else {}
-        check_vocabularies(self.dir, (config.get("src_vocab"), config.get("tgt_vocab")),
-                           self.data.src_vocab, self.data.tgt_vocab)
+        path, state, self.last = self.dir / "last.npz", self.last, None  # not kept once taken up
         load_weights(self.model, state["weights"], path)
         try:
             self.optimizer.load_state_dict(state["optimizer"])
