@@ -6,7 +6,7 @@ from typing import Any
 import tinygrad_tx as tx
 from tinygrad_tx import Tensor, nn
 
-from .checkpoint import Checkpointable
+from .checkpoint import Checkpointable, Size
 from .config import ClassifierConfig, built_from
 from .masks import padding_mask, token_ids
 from .transformer import Encoder
@@ -21,6 +21,9 @@ class EncoderClassifier(Checkpointable, nn.Module):
     """
 
     config: ClassifierConfig
+    SIZES = {"num_layers": Size("encoder.layers", None), "vocab": Size("encoder.embed.tokens.weight", 0),
+             "d_model": Size("tokens.weight", 1), "num_classes": Size("head.weight", 1),
+             "d_ff": Size("ff.linear1.weight", 1, in_layers=True)}
 
     def __init__(self):
         cfg = self.config

@@ -13,7 +13,7 @@ import tinygrad_tx as tx
 from tinygrad_tx import Tensor, nn
 
 from .attention import KVCache
-from .checkpoint import Checkpointable
+from .checkpoint import Checkpointable, Size
 from .config import GPTConfig, built_from
 from .masks import token_ids
 from .transformer import Encoder
@@ -24,6 +24,9 @@ class GPT(Checkpointable, nn.Module):
     """`model(ids)` (B, T) -> next-token logits (B, T, vocab); `generate` continues a prompt."""
 
     config: GPTConfig
+    SIZES = {"num_layers": Size("body.layers", None), "vocab": Size("body.embed.tokens.weight", 0),
+             "d_model": Size("tokens.weight", 1), "max_len": Size("positions.weight", 0),
+             "d_ff": Size("ff.linear1.weight", 1, in_layers=True)}
 
     def __init__(self):
         cfg = self.config

@@ -6,7 +6,7 @@ from typing import Any
 from tinygrad_tx import Tensor, nn
 
 from .attention import KVCache
-from .checkpoint import Checkpointable
+from .checkpoint import Checkpointable, Size
 from .config import LayerConfig, TransformerConfig, built_from
 from .embeddings import InputEmbedding
 from .layers import DecoderLayer, EncoderLayer
@@ -73,6 +73,9 @@ class Transformer(Checkpointable, nn.Module):
     """
 
     config: TransformerConfig
+    SIZES = {"num_encoder_layers": Size("encoder.layers", None), "num_decoder_layers": Size("decoder.layers", None),
+             "src_vocab": Size("encoder.embed.tokens.weight", 0), "tgt_vocab": Size("decoder.embed.tokens.weight", 0),
+             "d_model": Size("tokens.weight", 1), "d_ff": Size("ff.linear1.weight", 1, in_layers=True)}
 
     def __init__(self):
         cfg = self.config

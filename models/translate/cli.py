@@ -20,7 +20,6 @@ import os
 import sys
 import time
 from dataclasses import fields
-from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
@@ -30,11 +29,13 @@ import tinygrad_tx.distributed as dist
 from .corpus import Sources, describe, group_references, normalise, read_corpus
 from .data import EOS, DataError
 from .evaluation import InputTooLong, by_length, cross_attention, encode_sources, score, translate
-from .plots import plot_attention
+from .plots import check_picture_path, plot_attention
+from .ranks import EveryRankError
 from .run import Run, RunError, open_run
+from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
 from .tokenization import KINDS
-from .training import Trainer, TrainSettings, corpus_defaults, settings_for
+from .training import Trainer
 
 BEAM = 4
 """The beam `evaluate`, `translate` and train's final report use unless --beam says otherwise: NMT
@@ -55,7 +56,10 @@ def main(argv: list[str] | None = None) -> None:
         args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
     except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
+        if getattr(e, "shown", True):
+            print(f"error: {e}", file=sys.stderr)
+        if isinstance(e, EveryRankError):  # every rank stops here together: none waits for another
+            sys.exit(2)
         dist.exit(2)  # with several ranks, ends them all: the others would wait for this one
     except BrokenPipeError:  # `python -m models tasks | head -1`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail again
@@ -67,23 +71,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
-    source = train.add_mutually_exclusive_group(required=True)
-    source.add_argument("--task", help=f"one of: {', '.join(TASKS)}")
-    source.add_argument("--data", help="a file of source<TAB>target[<TAB>ignored...] lines (Tatoeba/Anki format too)")
-    defaults = TrainSettings()
-    for name in ("out", "steps", "batch_size", "d_model", "heads", "layers", "d_ff", "dropout", "lr",
-                 "warmup", "label_smoothing", "seed", "n_train", "max_len", "eval_every", "average", "log_every", "src_col", "tgt_col",
-                 "vocab_size"):
-        kind = type(getattr(defaults, name)) if getattr(defaults, name) is not None else str
-        train.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
-                           help=f"default: {getattr(defaults, name)} (tasks and corpus size may set their own)")
-    train.add_argument("--tokenizer", choices=KINDS, default=None,
-                       help=f"tokens of a --data corpus (default: {defaults.tokenizer}, subwords)")
-    train.add_argument("--shared-vocab", action="store_true", default=None,
-                       help="one tokenizer and vocabulary for both sides, output layer tied to the embeddings")
-    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    train.add_argument("--no-jit", dest="jit", action="store_false", default=None,
-                       help="run every training step eagerly instead of replaying it with tx.jit")
+    add_arguments(train)
     train.set_defaults(run=run_train)
 
     evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")
@@ -109,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     corpus.add_argument("file")
     corpus.add_argument("--src-col", type=int, default=1)
     corpus.add_argument("--tgt-col", type=int, default=2)
-    corpus.add_argument("--tokenizer", choices=KINDS, default=defaults.tokenizer)
+    corpus.add_argument("--tokenizer", choices=KINDS, default=TrainSettings.tokenizer)
     corpus.add_argument("--vocab-size", type=int, default=None, help="default: what train would pick for the file")
     corpus.set_defaults(run=run_corpus)
 
@@ -124,9 +112,9 @@ def parser() -> argparse.ArgumentParser:
     for command in (train, evaluate, tr, tasks, corpus, explore):
         command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
         command.add_argument("--threads", type=positive, default=1,
-                             help="BLAS threads (default 1: two processes with 2 threads each on 2 cores "
-                                  "spin against each other and each step gets 10-20x slower; "
-                                  "see benchmarks/threads.py)")
+                             help="BLAS threads (default 1: beside another busy process, more threads spin "
+                                  "against each other and a step gets many times slower; "
+                                  "benchmarks/threads.py measures it)")
     return p
 
 
@@ -138,22 +126,22 @@ def positive(text: str) -> int:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    given = {f.name: getattr(args, f.name) for f in fields(TrainSettings)
-             if getattr(args, f.name, None) is not None}
-    settings = settings_for({**given, "resume": args.resume, "device": args.device})
+    given = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
+    settings = settings_for(given)
     from tqdm import tqdm
 
     trainer = Trainer(settings)
     trainer.start()
     ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
     say = print if trainer.main else (lambda *_: None)
-    for note in trainer.notes:
+    data = trainer.data
+    for note in data.notes:
         say(f"note: {note}")
-    if trainer.dropped:
-        say(f"left out {trainer.dropped} pairs longer than --max-len {settings.max_len} tokens")
-    kinds = " -> ".join(t.kind for t in trainer.tokenizers)
-    say(f"training on {len(trainer.train_pairs)} pairs ({kinds} tokens, vocabularies {len(trainer.src_vocab)}"
-        f" and {len(trainer.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
+    if data.dropped:
+        say(f"left out {data.dropped} pairs longer than --max-len {settings.max_len} tokens")
+    kinds = " -> ".join(t.kind for t in data.tokenizers)
+    say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
+        f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
         f"{settings.steps} steps of {settings.batch_size}, run directory {trainer.dir}")
     started = time.perf_counter()
     with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True,
@@ -206,8 +194,8 @@ def report(run: Run, beam: int, as_json: bool, lengths: bool = False, sources: S
 
 def run_translate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
-    if args.attention and not Path(args.attention).resolve().parent.is_dir():
-        raise ValueError(f"--attention {args.attention}: the directory to write it into does not exist")
+    if args.attention:
+        check_picture_path(args.attention)
     run = open_run(args.checkpoint, args.device)
     # one output line per input line; the same normalisation as the training pairs got
     sentences = [normalise(text) for text in args.sentences or sys.stdin.read().splitlines()]
@@ -220,11 +208,11 @@ def run_translate(args: argparse.Namespace) -> None:
             print(f"note: {', '.join(map(repr, unknown))} in {sentence[:40]!r} never occurred in training "
                   f"and will be read as <unk>", file=sys.stderr)
     outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.tokenizers, args.beam)
+    if args.attention and not outputs[0]:  # said before any output, so that stdout holds all or nothing
+        raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
     for output in outputs:
         print(output)
     if args.attention:
-        if not outputs[0]:
-            raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
         src = encode_sources(sentences[:1], run.src_vocab, src_tok, run.model.config.max_len)
         # row i: the query that produced output token i, fed BOS and the tokens before it;
         # the labels are the tokens the model saw (subword pieces for bpe/unigram)

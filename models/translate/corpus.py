@@ -59,10 +59,15 @@ class Corpus:
 
 
 def _lines(path: Path):
-    """(line number, text) of each non-blank line: BOM and CR/LF endings removed, UTF-8 checked."""
+    """(line number, text) of each non-blank line: BOM and LF, CR/LF or CR endings removed, UTF-8 checked.
+
+    A file without a single LF is split at CRs (old Mac endings); in any other file a lone CR is
+    whitespace inside a line, as before."""
     if not path.is_file():
         raise DataError(f"corpus file not found: {path}")
-    for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+    data = path.read_bytes()
+    ending = b"\r" if b"\n" not in data else b"\n"
+    for lineno, raw in enumerate(data.split(ending), start=1):
         try:
             line = raw.decode("utf-8").removesuffix("\r")
         except UnicodeDecodeError as e:

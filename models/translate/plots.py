@@ -5,6 +5,7 @@ never a reason for a training run to crash.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -43,6 +44,26 @@ def plot_curves(run_dir: Path) -> bool:
     fig.savefig(run_dir / "curves.png", dpi=100)
     plt.close(fig)
     return True
+
+
+def check_picture_path(path: str | Path) -> None:
+    """Refuse, before any work is done, a picture path that `plot_attention` could not write."""
+    path = Path(path)
+    if not path.resolve().parent.is_dir():
+        raise ValueError(f"--attention {path}: the directory to write it into does not exist")
+    if path.is_dir():
+        raise ValueError(f"--attention {path} is a directory, not a picture file")
+    if not os.access(path if path.exists() else path.resolve().parent, os.W_OK):
+        raise ValueError(f"--attention {path}: no permission to write it")
+    plt = _pyplot()
+    if plt is None:
+        return  # no picture will be drawn; `translate` says so
+    figure = plt.figure()
+    kinds = figure.canvas.get_supported_filetypes()  # what savefig writes, by file name ending
+    plt.close(figure)
+    if path.suffix.lower().lstrip(".") not in kinds:
+        raise ValueError(f"--attention {path}: the file name must end in one of "
+                         f"{', '.join('.' + kind for kind in sorted(kinds))}")
 
 
 def plot_attention(weights: np.ndarray, source: Sequence[str], output: Sequence[str], path: str | Path) -> bool:

@@ -7,36 +7,45 @@
       tgt.model
       valid.tsv       the held-out pairs (never seen in training; every reference of a source), for `evaluate`
       test.tsv
-      last.npz        the latest checkpoint: weights, optimizer, schedule, step, RNG state
-      best.npz        the checkpoint with the best validation exact match
+      last.npz        the latest checkpoint: weights, optimizer, schedule, step, best score, averaging sum
+      best.npz        the checkpoint with the best validation score (BLEU for a corpus, exact match for a task)
       metrics.jsonl   one JSON line per logged step
       curves.png      loss and validation accuracy (with matplotlib installed)
+      train.lock      held (flock) by the one `train` writing here; empty
+
+No RNG state is saved: dropout's generator is reseeded from the seed and the step (training.py).
 
 Every file is written to a temporary name and then renamed over the old one, so
 a crash or Ctrl-C mid-write never leaves a half-written file in place of a good one
 (metrics.jsonl, appended to line by line, is the exception: a damaged line is skipped).
 Every file read back is checked, and a damaged one is a `RunError` that names it.
+One `train` at a time writes into a run directory (`claim`).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import tinygrad_tx as tx
-from tinygrad_tx.serialization import write_atomically
+from tinygrad_tx.serialization import LoadError, write_atomically
 
 from .corpus import Sources, group_references, read_tsv
 from .data import Pair, Vocab
 from .tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
 
+if TYPE_CHECKING:
+    from .preparation import Prepared  # which imports this module
+
 RUN_FORMAT = "tinygrad_tx.run"
 """Written into run.json: what marks a directory as a run directory `train` may write into again."""
+LOCK = "train.lock"
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model"})
+                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK})
 
 
 class RunError(RuntimeError):
@@ -104,11 +113,46 @@ def check_new_run_directory(directory: Path) -> None:
         return
     if "last.npz" in names:
         raise RunError(f"{directory} already holds a run; use --resume to continue it or --out for a new one")
-    temporary = {name for name in names if _is_temporary(name)}  # left by a crash mid-write
-    ours = names - temporary <= RUN_FILES and (names == temporary or _is_run_json(directory / "run.json"))
+    left = {name for name in names if _is_temporary(name)} | ({LOCK} & names)  # by a run killed early
+    ours = names - left <= RUN_FILES and (names == left or _is_run_json(directory / "run.json"))
     if not ours:
         raise RunError(f"{directory} is not empty and not a run directory written by train; "
                        "choose another --out (nothing was written)")
+
+
+def claim(directory: Path) -> IO:
+    """Take `directory` for this process's run: a second `train` into it is refused at once,
+    before it writes anything. Returns the lock; closing it (or the process ending) lets go.
+
+    The lock is an flock on train.lock, which the kernel releases when the process ends,
+    however it ends: a run killed with SIGKILL leaves no stale lock behind, where a lock
+    file made with O_EXCL would stay and block every later run. Files a killed run was
+    still writing (`write_atomically`'s temporaries) can only be stale once we hold the
+    lock, so they are deleted here."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = open(directory / LOCK, "a")
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise RunError(f"another `train` is writing into {directory} (it holds {directory / LOCK}); "
+                       "wait for it to end, or choose another --out") from None
+    for path in directory.iterdir():
+        if _is_temporary(path.name):
+            path.unlink(missing_ok=True)
+    return lock
+
+
+def create_run(directory: Path, settings: dict, data: Prepared) -> None:
+    """Write a new run's files: what was trained on and how, before the first checkpoint."""
+    entry, models = tokenizer_files(data.tokenizers)
+    vocab = {"src": data.src_vocab.to_dict(), "tgt": data.tgt_vocab.to_dict()}
+    write_run_files(directory, {"tokenizers": entry, "corpus": {"fingerprint": data.fingerprint}, "settings": settings},
+                    {"vocab.json": json.dumps(vocab, indent=2) + "\n", "valid.tsv": pairs_text(data.valid_pairs),
+                     "test.tsv": pairs_text(data.test_pairs)})
+    for name, model in models.items():
+        write_atomically(directory / name, lambda f, model=model: f.write(model))
+    write_text(directory / "metrics.jsonl", "")
 
 
 def _is_temporary(name: str) -> bool:
@@ -213,6 +257,18 @@ def read_metrics(path: Path) -> list[dict]:
     return records
 
 
+def append_metrics(directory: Path, record: dict) -> None:
+    with open(directory / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def keep_metrics_until(directory: Path, step: int) -> None:
+    """Forget what was logged after `step` (a resumed run is about to log those steps again)
+    and any line a crash cut short."""
+    kept = [r for r in read_metrics(directory / "metrics.jsonl") if r["step"] <= step]
+    write_text(directory / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
+
+
 @dataclass
 class Run:
     """A loaded run: its settings, vocabularies, model and tokenizers."""
@@ -230,7 +286,7 @@ class Run:
 
 
 def load_checkpoint(path: Path) -> dict:
-    """The state saved by `save_checkpoint`, with a clear error for a missing or damaged file."""
+    """The state a model's `save` wrote, with a clear error for a missing or damaged file."""
     if not path.is_file():
         raise RunError(f"checkpoint {path} does not exist")
     try:
@@ -240,6 +296,15 @@ def load_checkpoint(path: Path) -> dict:
     if not isinstance(state.get("weights"), dict):
         raise RunError(f"checkpoint {path} is damaged: it holds no model weights")
     return state
+
+
+def check_fits(config: dict, state: dict, path: Path) -> None:
+    """The checkpoint's weights must have the sizes of the model `config` builds: checked before
+    building it, since a run directory from elsewhere may ask for any size."""
+    try:
+        Transformer.check_fits(config, state["weights"], path)
+    except LoadError as e:
+        raise RunError(f"{e} (the config of the run's settings in run.json)") from None
 
 
 def load_model(path: Path) -> Transformer:

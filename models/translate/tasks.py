@@ -49,12 +49,17 @@ class Task:
             if n < 0:
                 raise ValueError(f"{split} must be >= 0, got {n}")
         rng = random.Random(seed)
-        pool, counts = _draw_distinct(self, rng, n_train + n_valid + n_test)
-        rare = [pair for pair in pool if counts[pair[0]] == 1]
+        start, pool_size = rng.getstate(), n_train + n_valid + n_test
+        while True:
+            pool, counts = _draw_distinct(self, rng, pool_size)
+            rare = [pair for pair in pool if counts[pair[0]] == 1]
+            if len(rare) >= n_valid + n_test:
+                break
+            # few training pairs make a pool too small to hold out from: draw a larger one (the same
+            # draws continued, so a pool that was large enough is never changed)
+            rng.setstate(start)
+            pool_size += 2 * (n_valid + n_test - len(rare))
         rng.shuffle(rare)
-        if len(rare) < n_valid + n_test:
-            raise ValueError(f"task {self.name!r} has only {len(rare)} rarely drawn sources to hold out, "
-                             f"but {n_valid + n_test} were requested")
         held_out = rare[:n_valid + n_test]
         excluded = {source for source, _ in held_out}
         train: list[Pair] = []

@@ -1,7 +1,7 @@
 """Checkpoint averaging: which steps are averaged, and that the mean is the plain mean."""
 import numpy as np
 
-from models.translate.training import Average, snapshot_steps
+from models.translate.averaging import Average, snapshot_steps
 from models.transformer import Transformer
 
 

@@ -13,7 +13,8 @@ import pytest
 import tinygrad_tx as tx
 from models.translate.cli import parser as cli_parser
 from models.translate.run import open_run
-from models.translate.training import Trainer, TrainSettings, settings_for
+from models.translate.settings import TrainSettings, settings_for
+from models.translate.training import Trainer
 
 TINY = ["--steps", "40", "--eval-every", "20", "--d-model", "16", "--heads", "2", "--layers", "1",
         "--d-ff", "32", "--n-train", "300", "--batch-size", "16"]
@@ -58,7 +59,7 @@ def test_train_leaves_a_complete_run_directory(trained):
 def test_held_out_pairs_never_appear_in_training(trained):
     settings = json.loads((trained / "run.json").read_text())["settings"]
     trainer = Trainer(TrainSettings(**{k: v for k, v in settings.items()}))
-    train_sources = {s for s, _ in trainer.train_pairs}
+    train_sources = {s for s, _ in trainer.data.train_pairs}
     held_out = (trained / "test.tsv").read_text().splitlines() + (trained / "valid.tsv").read_text().splitlines()
     assert held_out and not train_sources & {line.split("\t")[0] for line in held_out}
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from models.translate import cli
-from models.translate.training import Trainer, TrainSettings, settings_for
+from models.translate.settings import TrainSettings, settings_for
+from models.translate.training import Trainer
 
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--heads", "2", "--layers", "1",
         "--d-ff", "8", "--n-train", "60", "--batch-size", "8"]
@@ -149,10 +150,10 @@ def test_resume_reads_vocabulary_and_held_out_pairs_from_the_run(capsys, trained
     shutil.copytree(trained, run_dir)
     trainer = Trainer(settings_for({"task": "reverse", "out": str(run_dir), "resume": True}))
     vocab = json.loads((run_dir / "vocab.json").read_text())
-    assert trainer.src_vocab.tokens == vocab["src"]["tokens"] and trainer.tgt_vocab.tokens == vocab["tgt"]["tokens"]
-    assert ["\t".join(p) for p in trainer.test_pairs] == (run_dir / "test.tsv").read_text().splitlines()
-    held_out = {s for s, _ in trainer.test_pairs + trainer.valid_pairs}
-    assert not held_out & {s for s, _ in trainer.train_pairs}
+    assert trainer.data.src_vocab.tokens == vocab["src"]["tokens"] and trainer.data.tgt_vocab.tokens == vocab["tgt"]["tokens"]
+    assert ["\t".join(p) for p in trainer.data.test_pairs] == (run_dir / "test.tsv").read_text().splitlines()
+    held_out = {s for s, _ in trainer.data.test_pairs + trainer.data.valid_pairs}
+    assert not held_out & {s for s, _ in trainer.data.train_pairs}
     # a held-out file changed by hand is not taken as the run's: it is refused
     lines = (run_dir / "test.tsv").read_text().splitlines()
     (run_dir / "test.tsv").write_text("".join(line + "\n" for line in lines[::-1]))

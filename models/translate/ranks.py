@@ -1,0 +1,72 @@
+"""What the ranks of an `mpiexec` run must agree on, and how a problem stops all of them at once.
+
+Every rank reads the corpus and the settings for itself, so nothing else makes them equal: a
+corpus shuffled on one host would put rank 0's test pairs into another rank's training, and
+another --lr would train without a word. So the ranks compare what they prepared before the
+model is built, and a difference stops every rank with one line that names it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+import tinygrad_tx.distributed as dist
+
+from .preparation import Prepared
+from .run import RunError
+from .settings import TrainSettings, flag
+
+
+class EveryRankError(RunError):
+    """Raised on every rank together, so every rank can exit normally (none is left waiting in
+    a collective: the job need not be aborted). `shown` on one rank only: it prints the line."""
+
+    def __init__(self, message: str, shown: bool):
+        super().__init__(message)
+        self.shown = shown
+
+
+def on_every_rank(error: Exception | None) -> None:
+    """Raise on every rank if any rank has `error` (a collective: every rank must call it).
+    The lowest rank with an error shows it."""
+    failed = np.zeros(dist.world_size(), dtype=np.int64)
+    failed[dist.rank()] = error is not None
+    failed = dist.all_reduce(failed, op="sum")
+    if failed.any():
+        shown = dist.rank() == int(np.argmax(failed))
+        raise EveryRankError(str(error) if error is not None else "another rank failed", shown) from None
+
+
+def check_ranks_agree(settings: TrainSettings, data: Prepared, checkpoint: dict | None) -> None:
+    """Refuse, on every rank, to train when ranks differ in settings, data, vocabularies or (resuming)
+    the checkpoint they start from (a run directory copied to each host, not shared, may be stale)."""
+    if dist.world_size() == 1:
+        return
+    what = {flag(name): _hash(value) for name, value in vars(settings).items()}
+    what |= {"the corpus (fingerprint of its split pairs)": _hash(data.fingerprint),
+             "the source vocabulary": _hash(data.src_vocab.tokens), "the target vocabulary": _hash(data.tgt_vocab.tokens)}
+    if checkpoint is not None:
+        what["the checkpoint last.npz"] = _weights_hash(checkpoint["weights"])
+    mine = np.array(list(what.values()), dtype=np.int64)
+    root = dist.broadcast(mine.copy(), root=0)
+    differ = dist.all_reduce((mine != root).astype(np.int64), op="sum")
+    names = [name for name, n in zip(what, differ) if n]
+    if names:
+        raise EveryRankError(f"the {dist.world_size()} ranks of this mpiexec job do not agree on {', '.join(names)} "
+                             f"({max(differ)} differ from rank 0): every rank must be given the same corpus "
+                             "and settings", shown=dist.rank() == 0)
+
+
+def _hash(value) -> int:
+    """A 56-bit digest of a JSON-able value (fits an int64 that MPI can compare)."""
+    return int.from_bytes(hashlib.sha256(json.dumps(value).encode()).digest()[:7], "big")
+
+
+def _weights_hash(weights: dict) -> int:
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name]).tobytes())
+    return int.from_bytes(digest.digest()[:7], "big")

@@ -1,0 +1,193 @@
+"""What `train` accepts: one list of options, from which the command line, the checks and the
+resume rules are all made.
+
+Each option is a field of `TrainSettings`, declared with `option(...)`: its name, type, default,
+help text, the values it accepts and whether a resumed run must keep it are written there and
+nowhere else. `add_arguments` turns the list into `train`'s flags, `check_settings` tests every
+value, `FIXED_ON_RESUME` is read off it. A task (`tasks.py`) or the size of a --data corpus
+(`corpus_defaults`) chooses its own defaults for some options; `settings_for` puts it together.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+from .corpus import read_corpus
+from .run import RunError, read_run_json
+from .tasks import TASKS, get_task
+from .tokenization import KINDS
+
+
+class Rule(NamedTuple):
+    """What values an option accepts, and how the error says so."""
+    holds: Callable[[Any], bool]
+    wanted: str
+
+
+WHOLE = Rule(lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
+NOT_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
+
+
+def option(default: Any, help: str, rule: Rule | None = None, *, fixed: bool = False, corpus: bool = False,
+           choices: tuple | None = None, source: bool = False, cli: bool = True, saved: bool = True,
+           metavar: str | None = None) -> Any:
+    """A `TrainSettings` field with what the command line and the checks need to know of it.
+
+    fixed: a resumed run must keep it (its data or its model); corpus: only for --data corpora
+    (a task has its own tokenisation); source: one of the two ways to say what to train on;
+    cli: it gets a flag of its own (--device is every command's); saved: it goes into run.json."""
+    return field(default=default, metadata=dict(help=help, rule=rule, fixed=fixed, corpus=corpus, choices=choices,
+                                                source=source, cli=cli, saved=saved, metavar=metavar))
+
+
+@dataclass
+class TrainSettings:
+    """Everything `train` accepts; the command line fills it, a task's or corpus's defaults fill the gaps."""
+
+    task: str | None = option(None, f"one of: {', '.join(TASKS)}", fixed=True, source=True, metavar="NAME")
+    data: str | None = option(None, "a file of source<TAB>target[<TAB>ignored...] lines (Tatoeba/Anki format too)",
+                              fixed=True, source=True, metavar="FILE")
+    src_col: int = option(1, "the --data column (1-based) holding the source", WHOLE, fixed=True, corpus=True)
+    tgt_col: int = option(2, "the --data column (1-based) holding the target", WHOLE, fixed=True, corpus=True)
+    tokenizer: str = option("bpe", "tokens of a --data corpus", Rule(lambda v: v in KINDS, f"one of {KINDS}"),
+                            fixed=True, corpus=True, choices=KINDS)
+    vocab_size: int = option(4000, "subword pieces per side, fewer when the corpus is small", WHOLE,
+                             fixed=True, corpus=True)
+    shared_vocab: bool = option(False, "one tokenizer and vocabulary for both sides, output tied to the embeddings",
+                                fixed=True, corpus=True)
+    out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
+    steps: int = option(3000, "optimizer steps", WHOLE)
+    batch_size: int = option(64, "pairs a step, over all processes together", WHOLE)
+    d_model: int = option(64, "model width", WHOLE, fixed=True)
+    heads: int = option(4, "attention heads (must divide --d-model)", WHOLE, fixed=True)
+    layers: int = option(2, "encoder layers, and as many decoder layers", WHOLE, fixed=True)
+    d_ff: int = option(256, "width of the feed-forward layers", WHOLE, fixed=True)
+    dropout: float = option(0.1, "dropout probability", Rule(lambda v: 0 <= v < 1, "in [0, 1)"))
+    lr: float = option(2e-3, "peak learning rate (warm-up, then cosine decay to 5%% of it)",
+                       Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
+    warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", NOT_NEGATIVE)
+    label_smoothing: float = option(0.1, "label smoothing of the loss", Rule(lambda v: 0 <= v <= 1, "in [0, 1]"))
+    seed: int = option(0, "seeds the split, the weights, the batch order and dropout", NOT_NEGATIVE, fixed=True)
+    n_train: int = option(20000, "training pairs a task draws", WHOLE, fixed=True)
+    n_held_out: int = option(500, "validation pairs a task draws, and as many test pairs", WHOLE, fixed=True)
+    max_len: int = option(200, "longest sentence, in tokens, to train on: longer pairs are left out", WHOLE,
+                          fixed=True)
+    eval_every: int = option(500, "validate and write last.npz every N steps", WHOLE)
+    average: int = option(1, "the final model may be the mean of the weights at the last N validations", WHOLE)
+    log_every: int = option(10, "log the loss every N steps", WHOLE)
+    device: str = option("cpu", "cpu or cuda", cli=False)
+    jit: bool = option(True, "run every training step eagerly instead of replaying it with tx.jit")
+    resume: bool = option(False, "continue the run in --out from its last checkpoint", saved=False)
+
+    def saved(self) -> dict:
+        """The settings run.json keeps."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["saved"]}
+
+
+FIXED_ON_RESUME = tuple(f.name for f in fields(TrainSettings) if f.metadata["fixed"])
+"""What a resumed run must keep: its data and its model (the rest, say --steps, may change)."""
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of an option: d_model -> --d-model."""
+    return "--" + name.replace("_", "-")
+
+
+def corpus_defaults(n_pairs: int) -> dict:
+    """Model, vocabulary and schedule for a --data corpus of `n_pairs` pairs.
+
+    Sized so that 10-100k short pairs train in about 10 minutes of a 2-core laptop's
+    CPU: most of a step is the matrix products, and the output layer's share grows
+    with the vocabulary, so the vocabulary grows with the corpus (about one piece
+    per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96 pairs took 0.19 s with
+    2200 target pieces and 0.24 s with 6200); about 25 epochs, but no more than 4000
+    steps of 96 pairs. A small corpus gets a smaller model, which overfits less. On the
+    18k-pair Tatoeba English-French list this is 2300 pieces per side, 4 heads of a
+    128-wide model, 2 layers and 4000 steps (README: "Your own corpus", which has the
+    measurements behind these choices: in the same time, 2 layers and more steps beat
+    3 layers, batches of 96 beat 64, lr 2e-3 beat 1e-3 and 3e-3; fewer pieces, a shared
+    vocabulary, more dropout and checkpoint averaging did not pay).
+    """
+    small = n_pairs < 3000
+    return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
+                d_model=64 if small else 128, heads=4, layers=2, d_ff=256 if small else 512,
+                steps=int(min(4000, max(1000, round(25 * n_pairs / 96, -2)))), batch_size=96,
+                lr=2e-3, warmup=400, dropout=0.1, eval_every=500)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`train`'s flags, one for each option; a flag left out is None, so that a task's or corpus's
+    default (or, with --resume, the run's saved setting) takes its place."""
+    tuned = set(corpus_defaults(1)).union(*(task.defaults for task in TASKS.values()))
+    parser.epilog = "* a task, or the size of a --data corpus, chooses its own default for these."
+    source = parser.add_mutually_exclusive_group(required=True)
+    for f in fields(TrainSettings):
+        meta = f.metadata
+        if not meta["cli"]:
+            continue
+        where = source if meta["source"] else parser
+        if isinstance(f.default, bool):  # a switch: --shared-vocab turns on, --no-jit turns off
+            name = flag(f.name) if not f.default else flag("no_" + f.name)
+            where.add_argument(name, dest=f.name, action="store_false" if f.default else "store_true",
+                               default=None, help=meta["help"])
+            continue
+        shown = "" if f.default is None else f" (default {f.default}{'*' if f.name in tuned else ''})"
+        kind = str if f.default is None else type(f.default)
+        metavar = meta["metavar"] or {int: "N", float: "X"}.get(kind)
+        where.add_argument(flag(f.name), type=kind, default=None, choices=meta["choices"], metavar=metavar,
+                           help=meta["help"] + shown)
+
+
+def settings_for(given: dict) -> TrainSettings:
+    """The settings of a run, all checked: for a new run, the task's defaults under what was
+    given; with `resume`, those saved in the run directory under what was given again (say,
+    more steps), refusing a change of data or model."""
+    if given.get("task") is not None:
+        for f in fields(TrainSettings):
+            if f.metadata["corpus"] and given.get(f.name) is not None:
+                raise ValueError(f"{flag(f.name)} is for --data corpora; task {given['task']!r} "
+                                 f"has its own tokenisation")
+        get_task(given["task"])  # an unknown name is an error before anything else
+    if not given.get("resume"):
+        if given.get("data") is not None:
+            corpus = read_corpus(given["data"], given.get("src_col", 1), given.get("tgt_col", 2))
+            defaults = corpus_defaults(len(corpus.pairs))
+        else:
+            defaults = TASKS[given["task"]].defaults if given.get("task") in TASKS else {}
+        settings = TrainSettings(**{**defaults, **given})
+        check_settings(settings)
+        return settings
+    directory = run_directory(TrainSettings(**given))
+    saved = read_run_json(directory)["settings"]
+    unknown = set(saved) - {f.name for f in fields(TrainSettings)}
+    if unknown:
+        raise RunError(f"{directory / 'run.json'} is damaged: unknown settings {sorted(unknown)}")
+    for key in FIXED_ON_RESUME:
+        if key in given and given[key] != saved.get(key):
+            raise RunError(f"--resume: the run in {directory} was trained with {key} {saved.get(key)!r}, "
+                           f"not {given[key]!r}; a resumed run keeps its data and model")
+    settings = TrainSettings(**{**saved, **given, "out": str(directory)})
+    check_settings(settings)
+    return settings
+
+
+def check_settings(s: TrainSettings) -> None:
+    """Every setting in range, so that a bad one is one clear line before anything is written."""
+    if (s.task is None) == (s.data is None):
+        raise ValueError("train needs exactly one of --task NAME or --data pairs.tsv")
+    for f in fields(s):
+        rule, value = f.metadata["rule"], getattr(s, f.name)
+        if rule is not None and not rule.holds(value):
+            raise ValueError(f"{flag(f.name)} must be {rule.wanted}, not {value!r}")
+    if s.d_model % s.heads:
+        raise ValueError(f"--d-model {s.d_model} must be divisible by --heads {s.heads}")
+    if s.out is not None and Path(s.out).exists() and not Path(s.out).is_dir():
+        raise ValueError(f"--out {s.out} is a file, not a directory")
+
+
+def run_directory(settings: TrainSettings) -> Path:
+    """--out, or runs/<task name or corpus file name>."""
+    return Path(settings.out or f"runs/{settings.task or Path(settings.data).stem}")

@@ -1,0 +1,71 @@
+"""Issue 22, item 10: the ranks of `mpiexec ... python -m models train` must agree on the corpus,
+the settings and the vocabularies, or every rank stops with one line (rank 0's), exit status 2,
+no MPI abort, and nothing written. Each rank is given its own arguments or working directory
+with mpiexec's `A : B` form."""
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .test_distributed import MPIEXEC, REPO, needs_mpi
+
+TRAIN = ["-m", "models", "train", "--steps", "4", "--eval-every", "2", "--d-model", "8", "--heads", "2",
+         "--layers", "1", "--d-ff", "8", "--batch-size", "8"]
+
+
+def two_ranks(first: list[str], second: list[str], wdirs: tuple[Path, Path] = (REPO, REPO)):
+    """Rank 0 runs `python FIRST` in wdirs[0], rank 1 `python SECOND` in wdirs[1]."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    command = [MPIEXEC, "-n", "1", "-wdir", str(wdirs[0]), sys.executable, *first,
+               ":", "-n", "1", "-wdir", str(wdirs[1]), sys.executable, *second]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+
+def assert_refused(done: subprocess.CompletedProcess, *words: str) -> None:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "do not agree on" in lines[0] and "Abort" not in done.stdout + done.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+@needs_mpi
+def test_ranks_given_another_setting_all_stop_with_one_line(tmp_path):
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", str(tmp_path / "run")]
+    done = two_ranks([*task, "--lr", "0.001"], [*task, "--lr", "0.002"])
+    assert_refused(done, "--lr")
+    assert not (tmp_path / "run").exists()
+
+
+@needs_mpi
+def test_ranks_reading_another_corpus_all_stop_with_one_line(tmp_path):
+    """The same file name holds the pairs in another order on rank 1's host (its working directory):
+    rank 0's test pairs would be in rank 1's training pairs."""
+    pairs = [f"w{i} x{i % 7} y\tv{i} z{i % 5}\n" for i in range(120)]
+    hosts = tmp_path / "host0", tmp_path / "host1"
+    for host in hosts:
+        host.mkdir()
+        (host / "pairs.tsv").write_text("".join(pairs))
+        random.Random(1).shuffle(pairs)
+    corpus = [*TRAIN, "--data", "pairs.tsv", "--out", str(tmp_path / "run")]
+    assert_refused(two_ranks(corpus, corpus, hosts), "the corpus", "vocabulary")
+    assert not (tmp_path / "run").exists()
+    same = two_ranks(corpus, corpus, (hosts[0], hosts[0]))
+    assert same.returncode == 0 and "held-out test" in same.stdout, same.stderr
+
+
+@needs_mpi
+def test_ranks_resuming_from_different_checkpoints_all_stop_with_one_line(tmp_path):
+    """A run directory copied to each host instead of shared: rank 1's copy is a stale one."""
+    hosts = tmp_path / "host0", tmp_path / "host1"
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", "run"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    hosts[0].mkdir()
+    subprocess.run([sys.executable, *task], cwd=hosts[0], env=env, check=True, capture_output=True, timeout=120)
+    shutil.copytree(hosts[0], hosts[1])
+    subprocess.run([sys.executable, *task, "--resume", "--steps", "6"], cwd=hosts[0], env=env, check=True,
+                   capture_output=True, timeout=120)
+    resume = [*task, "--resume", "--steps", "8"]
+    assert_refused(two_ranks(resume, resume, hosts), "the checkpoint last.npz")
