@@ -51,6 +51,16 @@ class Checks:
         print("all checks passed")
 
 
+def update(loss, optimizer, schedule) -> float:
+    """One training step after the forward pass: clear the old gradients, backpropagate, let the
+    optimizer move the weights, set the next learning rate. Returns the loss as a number."""
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    schedule.step()
+    return loss.item()
+
+
 def pyplot():
     """matplotlib's pyplot drawing to files only, or None when matplotlib is missing."""
     try:
@@ -66,15 +76,19 @@ def pyplot():
 
 def heatmaps(matrices: np.ndarray, path: Path, titles: Sequence[str], rows: Sequence[str] = (),
              cols: Sequence[str] = (), suptitle: str = "", cmap: str = "viridis", annotate: bool = False,
-             vmin: float | None = None, vmax: float | None = None) -> Path | None:
-    """Draw each matrix of `matrices` (n, R, C) side by side, rows and columns labelled; None without matplotlib."""
+             vmin: float | None = None, vmax: float | None = None, per_row: int = 5) -> Path | None:
+    """Draw the matrices (n, R, C), `per_row` to a row, rows and columns labelled; None without matplotlib."""
     plt = pyplot()
     if plt is None:
         return None
     n, R, C = matrices.shape
+    grid = (-(-n // per_row), min(n, per_row))  # (rows, columns) of pictures
     scale = max(R, C) / 12 + 0.8
-    fig, axes = plt.subplots(1, n, figsize=(3.4 * n * scale + 1, 3.0 * scale + 0.6), squeeze=False)
-    for ax, matrix, title in zip(axes[0], matrices, titles):
+    fig, axes = plt.subplots(*grid, figsize=(3.4 * grid[1] * scale + 1, (3.0 * scale + 0.6) * grid[0]),
+                             squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    for ax, matrix, title in zip(axes.flat, matrices, titles):
         image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
         if len(cols):
             ax.set_xticks(range(C), cols, rotation=90, fontsize=8)
@@ -85,7 +99,7 @@ def heatmaps(matrices: np.ndarray, path: Path, titles: Sequence[str], rows: Sequ
             for i in range(R):
                 for j in range(C):
                     ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", color="w", fontsize=7)
-    fig.colorbar(image, ax=list(axes[0]), shrink=0.8)
+    fig.colorbar(image, ax=list(axes.flat), shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     fig.savefig(path, dpi=110, bbox_inches="tight")
