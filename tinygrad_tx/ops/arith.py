@@ -59,7 +59,8 @@ class Div(Function):
 
 
 class PowScalar(Function):
-    """x ** c for a Python number c."""
+    """x ** c for a Python number c. Values are IEEE's pow, as NumPy's: (-0.0) ** -0.5 is +inf
+    and (-inf) ** -0.5 is 0, where PyTorch, computing rsqrt, gives -inf and NaN."""
 
     saved = ("exponent",)
 

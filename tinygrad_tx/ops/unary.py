@@ -89,7 +89,8 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 @in_float32  # float16's x * x overflows above 256: its gradient was 0 · inf = NaN
 class Gelu(OnceDifferentiable):
-    """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation."""
+    """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation.
+    Exact GELU at +inf is inf·1 = inf (PyTorch gives inf or NaN, depending on its code path)."""
 
     saved = ("approximate", "t", "cdf")
 
