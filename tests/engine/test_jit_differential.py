@@ -53,7 +53,9 @@ STATEMENTS = st.one_of(
     st.tuples(st.just("backward"), index, st.booleans()),  # retain_graph
     st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad"])),
     st.tuples(st.just("collective"), st.sampled_from(["all_reduce", "all_reduce_sum", "broadcast"]),
-              st.sampled_from(["vector", "param", "grad"]), index),
+              st.sampled_from(["vector", "param", "grad", "fresh"]), index),
+    st.just(("barrier",)),
+    st.tuples(st.just("fresh_optimizer"), st.booleans()),  # an optimizer made in the step (and stepped)
     st.tuples(st.just("write"), st.sampled_from(["sgd", "scale", "replace", "grad_scale", "vector", "setitem",
                                                  "out", "grad_none"]), index),
     st.tuples(st.just("read"), st.sampled_from(["item", "if", "numpy"]), index),
@@ -200,7 +202,8 @@ def run(world: World, s: tuple, regs: dict) -> None:
          "clip": lambda: optim.clip_grad_norm(params, 0.5), "model.zero_grad": world.zero_grad}[s[1]]()
     elif kind == "collective":
         p = params[s[3] % len(params)]
-        t = {"vector": pick(regs, VECTOR, s[3]), "param": p, "grad": p.grad}[s[2]]
+        fresh = s[2] == "fresh" and tx.Tensor(np.full(2, float(vec[0].shape[0]), np.float32))  # a count
+        t = {"vector": pick(regs, VECTOR, s[3]), "param": p, "grad": p.grad, "fresh": fresh}[s[2]]
         if s[1] == "broadcast":
             dist.broadcast(t)
         else:
@@ -231,6 +234,12 @@ def run(world: World, s: tuple, regs: dict) -> None:
             vec.append(vec[-1] * 2.0 if t else vec[-1])
         else:
             vec.append(vec[-1] + float(t.numpy()))
+    elif kind == "barrier":
+        dist.barrier()
+    elif kind == "fresh_optimizer":
+        opt = optim.SGD(params, lr=0.1, momentum=0.9)
+        if s[1]:
+            opt.step()
     elif kind == "mode":
         world.model.train(s[1])
     elif kind == "seed":

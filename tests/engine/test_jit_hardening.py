@@ -311,3 +311,37 @@ def test_what_the_step_itself_changes_at_each_call_is_no_change():
     for _ in range(4):
         jitted(vec(1.0, 2.0))
     assert jitted.replays == 3
+
+
+def test_a_collective_on_a_tensor_made_inside_outside_ops_is_refused(monkeypatch):
+    # a count made with tx.Tensor(...) and summed over the ranks: each replay summed the recording's
+    # tensor again (0.5, 0.25, 0.125, ... where eager gives 0.5 at every call)
+    import tinygrad_tx.distributed as dist
+    from tinygrad_tx.distributed import collectives
+
+    monkeypatch.setattr(collectives, "group", lambda: _JobOfTwo())
+    w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+
+    def step(x):
+        n = tx.Tensor(np.array([float(x.shape[0])], np.float32))
+        dist.all_reduce(n, op="sum")
+        return (x * w).sum() / n
+
+    with pytest.raises(JitError, match="made in the function outside ops"):
+        tx.jit(step)(vec(1.0, 1.0))
+
+
+def test_an_optimizer_made_inside_is_refused():
+    # eager makes a fresh optimizer (momentum 0) at each call; a replay kept the recording's
+    w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+
+    def step(x):
+        opt = tx.optim.SGD([w], lr=0.1, momentum=0.9)
+        loss = (x * w).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    with pytest.raises(JitError, match="made inside the function"):
+        tx.jit(step)(vec(1.0, 1.0))

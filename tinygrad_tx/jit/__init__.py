@@ -62,8 +62,10 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   replayed) and writes into a raw array got from `.data` (`p.data[...] = v`,
   `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
   Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
-  `backend.seed` are replayable calls; a collective given a raw array or a Python number
-  is refused.
+  `backend.seed` are replayable calls; a collective given a raw array, a Python number or a
+  tensor made in the function outside ops (`tx.Tensor(n)`), and a call on an optimizer or
+  schedule made in the function (eager would start from fresh state at every call) are
+  refused.
 - Two ops that return one and the same object (NumPy's shared `np.True_` from two 0-d
   comparisons) cannot be told apart by the record: using either is refused.
 - A recording is one thread's: what other threads do meanwhile stays out of it.
@@ -92,8 +94,8 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   anew (what the function itself changes during a call is no change). Not seen:
   a field of another object changed (a config object the function reads),
   a parameter passed as an argument while the function also uses it directly,
-  objects made inside the function (an optimizer, a fresh leaf such
-  as `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
+  other objects made inside the function (a fresh leaf such as
+  `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
   Python state the function writes or reads inside objects (counters, attributes
   of non-module objects, a Python number such as `clip_grad_norm`'s result used in
   an `if`): all fixed at the recording.

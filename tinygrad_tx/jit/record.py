@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import autograd
 from ..backend import backend_of
 from ..inspect.instrument import Instrument
 from ..nn import Module
@@ -124,6 +125,8 @@ class Recorder(Instrument):
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
+        self.started = next(autograd.clock)  # objects stamped later were made inside the function
+        self.made_here: set[int] = set()  # id(tensor) of every tensor made while recording
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
@@ -140,6 +143,10 @@ class Recorder(Instrument):
         super().__exit__(*exc)
 
     # -- raw arrays read outside the engine (see watch.py) ----------------------------------------
+    def made(self, t: Tensor) -> None:
+        self.made_here.add(id(t))
+        self.alive.append(t)
+
     def data_read(self, t: Tensor, array: Any, by_user: bool) -> None:
         """A read of `t.data`: by code outside the engine, a copy of its values is kept; at any
         read, values that changed since the copy was taken were written through the raw array."""
@@ -240,6 +247,10 @@ class Recorder(Instrument):
             slot = self._slot(value.data)
             if slot is not None and not any(t is value for _, t in self.tape.captured):
                 return Live("slot", slot, value.backend)
+            if id(value) in self.made_here:
+                raise JitError(f"jit: {where} got a tensor made in the function outside ops (tx.Tensor(...)?); "
+                               "a replay would pass the recording's tensor again, changed by its earlier calls. "
+                               "Pass it as an argument")
             return value  # a parameter: the same tensor at every call
         if type(value) in (list, tuple):
             items = [self._live(v, where) for v in value]
@@ -344,6 +355,10 @@ class Recorder(Instrument):
         if function is Module.train.__wrapped__:  # the mode of these is the function's doing from here
             self.mode_set.update(id(m) for m in args[0].modules())
         where = function.__qualname__
+        if args and getattr(args[0], "made_at", 0) > self.started:
+            raise JitError(f"jit: {where} on an object made inside the function (an optimizer?): eager makes a "
+                           "new one at each call, with fresh state, a replay would keep using the recording's. "
+                           "Make it outside the function")
         args, kwargs = self._live(args, where), {k: self._live(v, where) for k, v in kwargs.items()}
         self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
         self.call_of[id(result)] = self.tape.calls

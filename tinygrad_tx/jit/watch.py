@@ -7,7 +7,8 @@ not make them again. So while a recording runs, `Tensor.data` and `Tensor.grad` 
 descriptors below (class attributes that come before an instance's own), and the
 recorder sees
 
-- every assignment to `.data`: a new array, or the same one written back by `-=`;
+- every assignment to `.data`: a new array, or the same one written back by `-=`; the
+  first one makes a tensor, which the recorder notes (`Recorder.made`);
 - every assignment to `.grad` outside a backward and outside a replayable call
   (`optimizer.zero_grad()` sets it, and is replayed);
 - every read of `.data` by code outside the engine (`Recorder.data_read`): it keeps a
@@ -58,10 +59,14 @@ class _Data:
 
     def __set__(self, t: Tensor, array: Any) -> None:
         old = t.__dict__.get("data")
-        if old is array:
+        if old is None:  # a tensor being made
+            recorder = _recorders.get(threading.get_ident())
+            if recorder is not None:
+                recorder.made(t)
+        elif old is array:
             autograd.show_side_effect(f"a write to the .data of a tensor of shape {array.shape} (`p.data -= lr * "
                                       "p.grad.data`? write optim.SGD(params, lr=lr).step(), which is replayed)")
-        elif old is not None:
+        else:
             autograd.show_side_effect(f"the .data of a tensor of shape {old.shape} was replaced (an EMA? "
                                       "nn.init? load_state_dict?)")
         t.__dict__["data"] = array
