@@ -237,7 +237,7 @@ def run(world: World, s: tuple, regs: dict) -> None:
     elif kind == "barrier":
         dist.barrier()
     elif kind == "fresh_optimizer":
-        opt = optim.SGD(params, lr=0.1, momentum=0.9)
+        opt = optim.SGD(world.opt.params, lr=0.1, momentum=0.9)
         if s[1]:
             opt.step()
     elif kind == "mode":
@@ -276,6 +276,8 @@ CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)
 @example(program=[("reduce", "sum", 0), ("named", [0], 0), ("reduce", "mean", 2), ("backward", 1, False),
                   ("write", "sgd", 5), ("write", "setitem", 0), ("call", "step")], changes=[("none",)] * 3,
          seed=0, adam=False, verify=False)  # item 3
+@example(program=[("fresh_optimizer", False)], changes=[("none",), ("freeze", 0)], seed=0, adam=False,
+         verify=False)  # found by the search: a tensor frozen between calls, checked by Python in the step
 def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
     eager_world, jit_world = World(seed, adam), World(seed, adam)
     eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)

@@ -314,7 +314,7 @@ def _contents(fn: Callable, modules: list[Module]) -> list:
     """What `fn`'s roots are and what each module holds (attributes, and the items of their lists,
     tuples and dicts all the way down), in order. The objects themselves, compared by identity
     (`_same`) and kept alive meanwhile, so that no id is reused: `Dropout.p = 0.0`, a submodule
-    replaced, `ModuleList.append`, a global rebound each make another list. Taken after each call
+    replaced, `ModuleList.append`, a global rebound, a tensor frozen each make another list. Taken after each call
     and before the next, so what the function itself changes at each call is not a change. The
     modules' train/eval modes are left out: the signature has them."""
     out, seen = _roots(fn), set()
@@ -324,18 +324,22 @@ def _contents(fn: Callable, modules: list[Module]) -> list:
             return
         seen.add(id(container))
         for value in (x for kv in container.items() for x in kv) if type(container) is dict else container:
-            out.append(value)
-            if type(value) in (list, tuple, dict):
-                add_items(value)
+            add(value)
         out.append(_END)
+
+    def add(value: Any) -> None:
+        out.append(value)
+        if type(value) in (list, tuple, dict):
+            add_items(value)
+        elif type(value) is Tensor:  # frozen or unfrozen: Python code may check it (an optimizer made inside)
+            out.append(value.requires_grad)
 
     for m in modules:
         out.append(m)
         for name, value in vars(m).items():
             if name != "training":
-                out += (name, value)
-                if type(value) in (list, tuple, dict):
-                    add_items(value)
+                out.append(name)
+                add(value)
     return out
 
 
