@@ -51,7 +51,8 @@ STATEMENTS = st.one_of(
     st.tuples(st.just("or_true"), index),  # mask | True: a Python bool lifted beside the comparisons
     st.tuples(st.just("where"), index, index, index),
     st.tuples(st.just("backward"), index, st.booleans()),  # retain_graph
-    st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad"])),
+    st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad",
+                                                "lr_decay"])),
     st.tuples(st.just("collective"), st.sampled_from(["all_reduce", "all_reduce_sum", "broadcast"]),
               st.sampled_from(["vector", "param", "grad", "fresh"]), index),
     st.just(("barrier",)),
@@ -199,7 +200,8 @@ def run(world: World, s: tuple, regs: dict) -> None:
             loss.backward(retain_graph=s[2])
     elif kind == "call":
         {"zero_grad": world.opt.zero_grad, "step": world.opt.step, "schedule": world.sched.step,
-         "clip": lambda: optim.clip_grad_norm(params, 0.5), "model.zero_grad": world.zero_grad}[s[1]]()
+         "clip": lambda: optim.clip_grad_norm(params, 0.5), "model.zero_grad": world.zero_grad,
+         "lr_decay": lambda: setattr(world.opt, "lr", world.opt.lr * 0.5)}[s[1]]()
     elif kind == "collective":
         p = params[s[3] % len(params)]
         fresh = s[2] == "fresh" and tx.Tensor(np.full(2, float(vec[0].shape[0]), np.float32))  # a count

@@ -345,3 +345,38 @@ def test_an_optimizer_made_inside_is_refused():
 
     with pytest.raises(JitError, match="made inside the function"):
         tx.jit(step)(vec(1.0, 1.0))
+
+
+def test_an_optimizer_attribute_written_inside_is_refused_and_a_schedule_is_replayed():
+    # `opt.lr *= 0.5` in the step ran only while recording: the replays kept the second lr
+    w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+    opt = tx.optim.SGD([w], lr=0.1)
+
+    def decayed(x):
+        loss = (x * w).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        opt.lr *= 0.5
+        return loss
+
+    with pytest.raises(JitError, match=r"SGD's 'lr'"):
+        tx.jit(decayed)(vec(1.0, 1.0))
+
+    def run(jit):
+        w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+        opt = tx.optim.SGD([w], lr=0.1)
+        schedule = tx.schedules.LambdaLR(opt, lambda step: 0.5 ** step)
+
+        def scheduled(x):
+            loss = (x * w).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            schedule.step()
+            return loss
+
+        step = tx.jit(scheduled) if jit else scheduled
+        return [step(vec(1.0, 1.0)).item() for _ in range(4)], getattr(step, "replays", 3)
+
+    assert run(True) == run(False)

@@ -59,8 +59,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
   So are `p.grad = ...` by hand (`optimizer.zero_grad()` and `module.zero_grad()` are
-  replayed) and writes into a raw array got from `.data` (`p.data[...] = v`,
-  `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
+  replayed), `opt.lr *= 0.5` (a write to an optimizer's or a schedule's attribute: a
+  schedule's `step()` is replayed) and writes into a raw array got from `.data`
+  (`p.data[...] = v`, `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
   Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
   `backend.seed` are replayable calls; a collective given a raw array, a Python number or a
   tensor made in the function outside ops (`tx.Tensor(n)`), and a call on an optimizer or
