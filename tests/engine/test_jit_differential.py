@@ -6,7 +6,8 @@ Hypothesis writes step functions from a vocabulary of what users write in traini
 schedule calls, gradient clipping, collectives of a job of one, writes to `.data`, reads on
 the host, `train()`/`eval()` and seeds inside, tensors whose names collide) and changes
 made between calls (dropout's p, a layer appended or replaced, a tensor rebound, the learning
-rate, the mode, new parameter values, another batch size). Each program runs in two worlds
+rate, the mode, new parameter values, another batch size, gradients zeroed, a tensor frozen,
+a tensor the step uses passed as an argument). Each program runs in two worlds
 built alike, one eagerly and one under tx.jit, on the same fresh inputs at every call; after
 each call the results, every parameter and every gradient must be equal byte for byte. An
 error eager raises must be raised by the jit too (or the jit refuses first).
@@ -77,6 +78,7 @@ CHANGES = st.one_of(
     st.just(("zero_grad",)),
     st.just(("load_state_dict",)),
     st.tuples(st.just("freeze"), index),  # requires_grad_(False)
+    st.tuples(st.just("pass_named"), index),  # y is a tensor the step may use directly too, from now on
 )
 
 
@@ -278,23 +280,31 @@ CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)
 @example(program=[("reduce", "sum", 0), ("named", [0], 0), ("reduce", "mean", 2), ("backward", 1, False),
                   ("write", "sgd", 5), ("write", "setitem", 0), ("call", "step")], changes=[("none",)] * 3,
          seed=0, adam=False, verify=False)  # item 3
+@example(program=[("named", [0], 1)], changes=[("pass_named", 0), ("pass_named", 2), ("none",)], seed=0, adam=False,
+         verify=False)  # f(b) where f also uses b, then f(c)
 @example(program=[("fresh_optimizer", False)], changes=[("none",), ("freeze", 0)], seed=0, adam=False,
          verify=False)  # found by the search: a tensor frozen between calls, checked by Python in the step
 def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
     eager_world, jit_world = World(seed, adam), World(seed, adam)
     eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)
-    batch = 2
+    batch, named = 2, None
     for call, what in enumerate(changes):
         if what[0] == "batch":
             batch = what[1]
+        if what[0] == "pass_named":
+            named = what[1] % len(NAMES)
         for world in (eager_world, jit_world):
             change(world, what, np.random.default_rng(seed + call))
         rng = np.random.default_rng([seed, call])
         x, y = (rng.standard_normal((batch, 3)).astype(np.float32) for _ in range(2))
+
+        def second(world):  # from the first "pass_named" on, y is a tensor the step may use directly too
+            return tx.Tensor(y) if named is None else world.named[named]
+
         tx.manual_seed(call)
-        want = outcome(eager, tx.Tensor(x), tx.Tensor(y))
+        want = outcome(eager, tx.Tensor(x), second(eager_world))
         tx.manual_seed(call)
-        got = outcome(jitted, tx.Tensor(x), tx.Tensor(y))
+        got = outcome(jitted, tx.Tensor(x), second(jit_world))
         if got[0] == "refused":
             event(f"refused: {str(got[1]).split(';')[0][:70]}")
             return  # the promise's other half; the worlds part ways here

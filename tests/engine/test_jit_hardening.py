@@ -380,3 +380,18 @@ def test_an_optimizer_attribute_written_inside_is_refused_and_a_schedule_is_repl
         return [step(vec(1.0, 1.0)).item() for _ in range(4)], getattr(step, "replays", 3)
 
     assert run(True) == run(False)
+
+
+@pytest.mark.parametrize("passed", ["itself", "detached"])
+def test_a_tensor_from_outside_passed_as_an_argument_too_is_read_from_each_call(passed):
+    # f(b) where f also uses b: the record read b from the argument's slot, so a later call
+    # f(other) replayed other + 10 * other instead of b + 10 * other
+    b = vec(1.0, 2.0)
+
+    def f(x, y):
+        return x * 10 + b + y
+
+    jitted = tx.jit(f)
+    first = b if passed == "itself" else b.detach()
+    for x, y in ((first, vec(0.0, 0.0)), (vec(5.0, 5.0), b), (vec(7.0, 7.0), vec(1.0, 1.0)), (first, b)):
+        assert jitted(x, y).numpy().tobytes() == f(x, y).numpy().tobytes()

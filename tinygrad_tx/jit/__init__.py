@@ -79,7 +79,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (refused: pass them detached), are part of the signature; a NumPy array is
   refused (wrap it in a Tensor); a Python or NumPy number or a string is part of
   the signature, so a new value records anew (keep changing numbers such as the
-  learning rate on the optimizer, not in the arguments).
+  learning rate on the optimizer, not in the arguments). A tensor in reach passed as an
+  argument (`f(p)` where `f` also uses `p`) is part of the signature by identity, and
+  the function's own uses of it read it, not the argument, at a replay.
 - The modules in reach (found at the first call: the function itself, `self`,
   what a `functools.partial` binds, closure cells, globals, and what those hold
   one level down, inside lists, tuples and dicts too) give every submodule's
@@ -94,7 +96,6 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   weight replaced, a global rebound drop every record, so the next call records
   anew (what the function itself changes during a call is no change). Not seen:
   a field of another object changed (a config object the function reads),
-  a parameter passed as an argument while the function also uses it directly,
   other objects made inside the function (a fresh leaf such as
   `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
   Python state the function writes or reads inside objects (counters, attributes
@@ -168,6 +169,7 @@ class Jitted:
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
         self._watched: list[Module] = []  # those and every module a recording called, with submodules
+        self._outside: dict[int, Tensor] = {}  # the tensors in reach (modules' too), by id
         self._after: list = []  # what the function reached and they held after the last call (`_contents`)
         self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
@@ -191,6 +193,8 @@ class Jitted:
         reach = _in_reach(self.fn)
         self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
         self._watched = list(self._modules)
+        self._outside = {id(t): t for t in (*(t for t in reach if isinstance(t, Tensor)),
+                                            *(t for m in self._modules for _, t in m.named_tensors()))}
 
     def _run(self, args: tuple, kwargs: dict) -> Any:
         """Replay the record of these arguments' signature, or record one."""
@@ -227,7 +231,8 @@ class Jitted:
         signature = _signature((args, kwargs), tensors)
         first_with_data: dict[int, int] = {}  # the same array passed twice is one slot of the record
         aliases = tuple(first_with_data.setdefault(id(t.data), i) for i, t in enumerate(tensors))
-        return (signature, aliases, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
+        pinned = tuple((i, id(t)) for i, t in enumerate(tensors) if id(t) in self._outside)  # f(p) may use p too
+        return (signature, aliases, pinned, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
 
     def tape(self, *args: Any, **kwargs: Any) -> "Tape | None":
         """The record these arguments would replay (None if there is none yet)."""

@@ -127,6 +127,7 @@ class Recorder(Instrument):
         self.grad_shapes: dict[int, list] = {}  # op number -> shapes of the gradients its backward returned
         self.started = next(autograd.clock)  # objects stamped later were made inside the function
         self.made_here: set[int] = set()  # id(tensor) of every tensor made while recording
+        self.captured_of: dict[int, int] = {}  # id(tensor from outside) -> its slot
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
@@ -174,12 +175,12 @@ class Recorder(Instrument):
             else:
                 self._check(entry)
 
-    def _new_slot(self, array: Any, name: str) -> int:
+    def _new_slot(self, array: Any, name: str, captured: bool = False) -> int:
         slot = self.tape.n_slots
         self.tape.n_slots += 1
         self.tape.slot_names.append(name)
         self.tape.slot_types.append((getattr(array, "shape", ()), getattr(array, "dtype", type(array).__name__)))
-        self.slot_of[id(array)] = slot
+        self.slot_of.setdefault(id(array), slot) if captured else self.slot_of.__setitem__(id(array), slot)
         self.alive.append(array)
         return slot
 
@@ -193,14 +194,22 @@ class Recorder(Instrument):
         return self.slot_of.get(id(array))
 
     def _source(self, t: Tensor) -> int:
+        """The slot an op reads `t` from: an argument's, or one an op wrote (`t` may be a view made
+        in the function, `x.detach()`), or, for a tensor from outside (a parameter, a buffer, a lifted
+        constant), a slot of its own, read live at each call even if it shares its array with an
+        argument now (`f(p)` where `f` also uses `p`: the next call may pass another tensor)."""
+        slot = self.captured_of.get(id(t))
+        if slot is not None:
+            return slot
         slot = self._slot(t.data)
-        if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
-            if self._grad_owner(t) is not None:
-                self.read(t, "used in an op as a gradient (.grad)")
-            slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
-            self.tape.captured.append((slot, t))
-            self.captured_slots.add(slot)
-            self.alive.append(t)
+        if slot is not None and (id(t) in self.arg_number or id(t) in self.made_here):
+            return slot
+        if self._grad_owner(t) is not None:
+            self.read(t, "used in an op as a gradient (.grad)")
+        slot = self.captured_of[id(t)] = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}", True)
+        self.tape.captured.append((slot, t))
+        self.captured_slots.add(slot)
+        self.alive.append(t)
         return slot
 
     def _bind(self, value: Any) -> Any:
