@@ -180,7 +180,8 @@ class Recorder(Instrument):
         self.tape.n_slots += 1
         self.tape.slot_names.append(name)
         self.tape.slot_types.append((getattr(array, "shape", ()), getattr(array, "dtype", type(array).__name__)))
-        self.slot_of.setdefault(id(array), slot) if captured else self.slot_of.__setitem__(id(array), slot)
+        if not captured or id(array) not in self.slot_of:  # an argument's array stays the argument's
+            self.slot_of[id(array)] = slot
         self.alive.append(array)
         return slot
 
@@ -253,14 +254,14 @@ class Recorder(Instrument):
             owner = self._grad_owner(value)
             if owner is not None:
                 return Live("grad", owner)
+            if id(value) not in self.made_here:
+                return value  # from outside (a parameter): the same tensor at every call
             slot = self._slot(value.data)
-            if slot is not None and not any(t is value for _, t in self.tape.captured):
-                return Live("slot", slot, value.backend)
-            if id(value) in self.made_here:
+            if slot is None:
                 raise JitError(f"jit: {where} got a tensor made in the function outside ops (tx.Tensor(...)?); "
                                "a replay would pass the recording's tensor again, changed by its earlier calls. "
                                "Pass it as an argument")
-            return value  # a parameter: the same tensor at every call
+            return Live("slot", slot, value.backend)
         if type(value) in (list, tuple):
             items = [self._live(v, where) for v in value]
             return type(value)(items) if any(type(v) is Live for v in items) else value
@@ -281,7 +282,7 @@ class Recorder(Instrument):
                            "mask or use where() instead")
         dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
         index = len(self.tape.ops)
-        if isinstance(output, np.bool_) or id(output) in self.slot_of and not any(output is t.data for t in inputs):
+        if isinstance(output, np.bool_) or (id(output) in self.slot_of and not any(output is t.data for t in inputs)):
             self.shared.add(id(output))  # NumPy's np.True_, or an array another op made: not told apart by id
         targets = tuple(self._target(t) for t in inputs) if recorded else None
         needs_grad = [t.requires_grad for t in inputs] if recorded else None
