@@ -318,11 +318,12 @@ _END = object()  # closes a container's items in `_contents`
 
 def _contents(fn: Callable, modules: list[Module]) -> list:
     """What `fn`'s roots are and what each module holds (attributes, and the items of their lists,
-    tuples and dicts all the way down), in order. The objects themselves, compared by identity
-    (`_same`) and kept alive meanwhile, so that no id is reused: `Dropout.p = 0.0`, a submodule
-    replaced, `ModuleList.append`, a global rebound, a tensor frozen each make another list. Taken after each call
-    and before the next, so what the function itself changes at each call is not a change. The
-    modules' train/eval modes are left out: the signature has them."""
+    tuples and dicts all the way down; whether a tensor requires grad), in order. The objects
+    themselves, compared by identity (`_same`) and kept alive meanwhile, so that no id is reused:
+    `Dropout.p = 0.0`, a submodule replaced, `ModuleList.append`, a global rebound, a tensor
+    frozen each make another list. Taken after each call and before the next, so what the
+    function itself changes during a call is no change. The modules' train/eval modes are left
+    out: the signature has them."""
     out, seen = _roots(fn), set()
 
     def add_items(container: Any) -> None:
@@ -337,7 +338,7 @@ def _contents(fn: Callable, modules: list[Module]) -> list:
         out.append(value)
         if type(value) in (list, tuple, dict):
             add_items(value)
-        elif type(value) is Tensor:  # frozen or unfrozen: Python code may check it (an optimizer made inside)
+        elif type(value) is Tensor:  # Python in the function may check it (an optimizer made there does)
             out.append(value.requires_grad)
 
     for m in modules:
