@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from . import autograd
 from .observers import replayable
 from .backend import backend_of
 from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
@@ -52,6 +53,7 @@ class Optimizer:
         self.lr = lr  # read at every step, so a schedule may change it
         self.t = 0  # number of step() calls so far
         self.state: dict[int, dict[str, Any]] = {}  # params[i] -> its arrays, made at its first update
+        self.made_at = next(autograd.clock)  # tx.jit refuses one made inside a jitted function
 
     @replayable
     def zero_grad(self) -> None:

@@ -6,7 +6,8 @@ Hypothesis writes step functions from a vocabulary of what users write in traini
 schedule calls, gradient clipping, collectives of a job of one, writes to `.data`, reads on
 the host, `train()`/`eval()` and seeds inside, tensors whose names collide) and changes
 made between calls (dropout's p, a layer appended or replaced, a tensor rebound, the learning
-rate, the mode, new parameter values, another batch size). Each program runs in two worlds
+rate, the mode, new parameter values, another batch size, gradients zeroed, a tensor frozen,
+a tensor the step uses passed as an argument). Each program runs in two worlds
 built alike, one eagerly and one under tx.jit, on the same fresh inputs at every call; after
 each call the results, every parameter and every gradient must be equal byte for byte. An
 error eager raises must be raised by the jit too (or the jit refuses first).
@@ -51,9 +52,12 @@ STATEMENTS = st.one_of(
     st.tuples(st.just("or_true"), index),  # mask | True: a Python bool lifted beside the comparisons
     st.tuples(st.just("where"), index, index, index),
     st.tuples(st.just("backward"), index, st.booleans()),  # retain_graph
-    st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad"])),
+    st.tuples(st.just("call"), st.sampled_from(["zero_grad", "step", "schedule", "clip", "model.zero_grad",
+                                                "lr_decay"])),
     st.tuples(st.just("collective"), st.sampled_from(["all_reduce", "all_reduce_sum", "broadcast"]),
-              st.sampled_from(["vector", "param", "grad"]), index),
+              st.sampled_from(["vector", "param", "grad", "fresh"]), index),
+    st.just(("barrier",)),
+    st.tuples(st.just("fresh_optimizer"), st.booleans()),  # an optimizer made in the step (and stepped)
     st.tuples(st.just("write"), st.sampled_from(["sgd", "scale", "replace", "grad_scale", "vector", "setitem",
                                                  "out", "grad_none"]), index),
     st.tuples(st.just("read"), st.sampled_from(["item", "if", "numpy"]), index),
@@ -74,6 +78,7 @@ CHANGES = st.one_of(
     st.just(("zero_grad",)),
     st.just(("load_state_dict",)),
     st.tuples(st.just("freeze"), index),  # requires_grad_(False)
+    st.tuples(st.just("pass_named"), index),  # y is a tensor the step may use directly too, from now on
 )
 
 
@@ -197,10 +202,12 @@ def run(world: World, s: tuple, regs: dict) -> None:
             loss.backward(retain_graph=s[2])
     elif kind == "call":
         {"zero_grad": world.opt.zero_grad, "step": world.opt.step, "schedule": world.sched.step,
-         "clip": lambda: optim.clip_grad_norm(params, 0.5), "model.zero_grad": world.zero_grad}[s[1]]()
+         "clip": lambda: optim.clip_grad_norm(params, 0.5), "model.zero_grad": world.zero_grad,
+         "lr_decay": lambda: setattr(world.opt, "lr", world.opt.lr * 0.5)}[s[1]]()
     elif kind == "collective":
         p = params[s[3] % len(params)]
-        t = {"vector": pick(regs, VECTOR, s[3]), "param": p, "grad": p.grad}[s[2]]
+        fresh = s[2] == "fresh" and tx.Tensor(np.full(2, float(vec[0].shape[0]), np.float32))  # a count
+        t = {"vector": pick(regs, VECTOR, s[3]), "param": p, "grad": p.grad, "fresh": fresh}[s[2]]
         if s[1] == "broadcast":
             dist.broadcast(t)
         else:
@@ -231,6 +238,12 @@ def run(world: World, s: tuple, regs: dict) -> None:
             vec.append(vec[-1] * 2.0 if t else vec[-1])
         else:
             vec.append(vec[-1] + float(t.numpy()))
+    elif kind == "barrier":
+        dist.barrier()
+    elif kind == "fresh_optimizer":
+        opt = optim.SGD(world.opt.params, lr=0.1, momentum=0.9)
+        if s[1]:
+            opt.step()
     elif kind == "mode":
         world.model.train(s[1])
     elif kind == "seed":
@@ -267,21 +280,31 @@ CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)
 @example(program=[("reduce", "sum", 0), ("named", [0], 0), ("reduce", "mean", 2), ("backward", 1, False),
                   ("write", "sgd", 5), ("write", "setitem", 0), ("call", "step")], changes=[("none",)] * 3,
          seed=0, adam=False, verify=False)  # item 3
+@example(program=[("named", [0], 1)], changes=[("pass_named", 0), ("pass_named", 2), ("none",)], seed=0, adam=False,
+         verify=False)  # f(b) where f also uses b, then f(c)
+@example(program=[("fresh_optimizer", False)], changes=[("none",), ("freeze", 0)], seed=0, adam=False,
+         verify=False)  # found by the search: a tensor frozen between calls, checked by Python in the step
 def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
     eager_world, jit_world = World(seed, adam), World(seed, adam)
     eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)
-    batch = 2
+    batch, named = 2, None
     for call, what in enumerate(changes):
         if what[0] == "batch":
             batch = what[1]
+        if what[0] == "pass_named":
+            named = what[1] % len(NAMES)
         for world in (eager_world, jit_world):
             change(world, what, np.random.default_rng(seed + call))
         rng = np.random.default_rng([seed, call])
         x, y = (rng.standard_normal((batch, 3)).astype(np.float32) for _ in range(2))
+
+        def second(world):  # from the first "pass_named" on, y is a tensor the step may use directly too
+            return tx.Tensor(y) if named is None else world.named[named]
+
         tx.manual_seed(call)
-        want = outcome(eager, tx.Tensor(x), tx.Tensor(y))
+        want = outcome(eager, tx.Tensor(x), second(eager_world))
         tx.manual_seed(call)
-        got = outcome(jitted, tx.Tensor(x), tx.Tensor(y))
+        got = outcome(jitted, tx.Tensor(x), second(jit_world))
         if got[0] == "refused":
             event(f"refused: {str(got[1]).split(';')[0][:70]}")
             return  # the promise's other half; the worlds part ways here

@@ -1,6 +1,7 @@
-"""tx.jit against issue 22's five defects (items 1-5): each case runs a function eagerly and
-jitted on the same calls and checks that every replay equals eager bit for bit, or that the
-jit refuses with a JitError. Each test failed before its fix.
+"""tx.jit against issue 22's five defects (items 1-5) and others of their classes: each case
+runs a function eagerly and jitted on the same calls and checks that every replay equals eager
+bit for bit, or that the jit refuses with a JitError. Each test failed before its fix.
+(test_jit_differential.py looks for more of them at random.)
 """
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from tinygrad_tx.jit import JitError
 def vec(*values, name=None) -> tx.Tensor:
     return tx.Tensor(np.array(values, dtype=np.float32), name=name)
 
+
+# -- item 5: names in the generated code -------------------------------------------------------
 
 @pytest.mark.parametrize("names", [("w", "w6", "w"), ("w", "w_1", "w"), ("V", "f", "Sink"),
                                    ("None", "class", "__builtins__"), ("t0", "t0", "t0")])
@@ -27,6 +30,8 @@ def test_tensors_whose_names_collide_are_each_bound_to_themselves(names):
         assert jitted(vec(start)).numpy().tolist() == [start + 111.0]
     assert jitted.replays == 2
 
+
+# -- item 2: two values the record must tell apart ---------------------------------------------
 
 def test_two_zero_d_comparisons_are_not_mixed_up():
     # item 2: recorded with x=[1,2], y=[3,4], called with x=[-1,-2]: eager [4, 6], replay [2, 2]
@@ -59,6 +64,23 @@ def test_a_zero_d_comparison_beside_a_python_bool_is_not_mixed_up():
             continue
         assert got.numpy().tobytes() == f(x, y).numpy().tobytes()
 
+
+@pytest.mark.parametrize("passed", ["itself", "detached"])
+def test_a_tensor_from_outside_passed_as_an_argument_too_is_read_from_each_call(passed):
+    # f(b) where f also uses b: the record read b from the argument's slot, so a later call
+    # f(other) replayed other + 10 * other instead of b + 10 * other
+    b = vec(1.0, 2.0)
+
+    def f(x, y):
+        return x * 10 + b + y
+
+    jitted = tx.jit(f)
+    first = b if passed == "itself" else b.detach()
+    for x, y in ((first, vec(0.0, 0.0)), (vec(5.0, 5.0), b), (vec(7.0, 7.0), vec(1.0, 1.0)), (first, b)):
+        assert jitted(x, y).numpy().tobytes() == f(x, y).numpy().tobytes()
+
+
+# -- item 3: writes a replay would not make again ----------------------------------------------
 
 def test_textbook_sgd_through_data_is_refused_with_what_to_write_instead():
     # item 3: `p.data -= lr * p.grad.data` ran only while recording; replays never updated the weights
@@ -134,6 +156,59 @@ def test_sgd_with_an_optimizer_still_replays_and_data_reads_are_free():
     losses = [jitted(vec(1.0, 1.0))[0].item() for _ in range(3)]
     assert losses == pytest.approx([3.0, 2.8, 2.6]) and jitted.replays == 2
 
+
+def test_an_optimizer_made_inside_is_refused():
+    # eager makes a fresh optimizer (momentum 0) at each call; a replay kept the recording's
+    w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+
+    def step(x):
+        opt = tx.optim.SGD([w], lr=0.1, momentum=0.9)
+        loss = (x * w).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    with pytest.raises(JitError, match="made inside the function"):
+        tx.jit(step)(vec(1.0, 1.0))
+
+
+def test_an_optimizer_attribute_written_inside_is_refused_and_a_schedule_is_replayed():
+    # `opt.lr *= 0.5` in the step ran only while recording: the replays kept the second lr
+    w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+    opt = tx.optim.SGD([w], lr=0.1)
+
+    def decayed(x):
+        loss = (x * w).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        opt.lr *= 0.5
+        return loss
+
+    with pytest.raises(JitError, match=r"SGD's 'lr'"):
+        tx.jit(decayed)(vec(1.0, 1.0))
+
+    def run(jit):
+        w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+        opt = tx.optim.SGD([w], lr=0.1)
+        schedule = tx.schedules.LambdaLR(opt, lambda step: 0.5 ** step)
+
+        def scheduled(x):
+            loss = (x * w).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            schedule.step()
+            return loss
+
+        step = tx.jit(scheduled) if jit else scheduled
+        return [step(vec(1.0, 1.0)).item() for _ in range(4)], getattr(step, "replays", 3)
+
+    assert run(True) == run(False)
+
+
+# -- item 1: collectives inside a step ---------------------------------------------------------
 
 class _JobOfTwo:
     """A stand-in for the process group of a job of two whose other rank holds what this one
@@ -224,6 +299,26 @@ def test_collectives_of_raw_arrays_and_numbers_inside_are_refused(call):
     with pytest.raises(JitError, match="raw array|Python number"):
         tx.jit(step)(vec(1.0, 2.0))
 
+
+def test_a_collective_on_a_tensor_made_inside_outside_ops_is_refused(monkeypatch):
+    # a count made with tx.Tensor(...) and summed over the ranks: each replay summed the recording's
+    # tensor again (0.5, 0.25, 0.125, ... where eager gives 0.5 at every call)
+    import tinygrad_tx.distributed as dist
+    from tinygrad_tx.distributed import collectives
+
+    monkeypatch.setattr(collectives, "group", lambda: _JobOfTwo())
+    w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+
+    def step(x):
+        n = tx.Tensor(np.array([float(x.shape[0])], np.float32))
+        dist.all_reduce(n, op="sum")
+        return (x * w).sum() / n
+
+    with pytest.raises(JitError, match="made in the function outside ops"):
+        tx.jit(step)(vec(1.0, 1.0))
+
+
+# -- item 4: changes between calls -------------------------------------------------------------
 
 def _changes():
     """Changes to a model between two calls of a jitted step (item 4), each a function of the model."""

@@ -64,6 +64,7 @@ def broadcast(t: Any, root: int = 0) -> Any:
     return t
 
 
+@observers.replayable
 def barrier() -> None:
     """Wait until every rank has called barrier()."""
     g = group()

@@ -59,11 +59,14 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
   So are `p.grad = ...` by hand (`optimizer.zero_grad()` and `module.zero_grad()` are
-  replayed) and writes into a raw array got from `.data` (`p.data[...] = v`,
-  `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
+  replayed), `opt.lr *= 0.5` (a write to an optimizer's or a schedule's attribute: a
+  schedule's `step()` is replayed) and writes into a raw array got from `.data`
+  (`p.data[...] = v`, `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
   Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
-  `backend.seed` are replayable calls; a collective given a raw array or a Python number
-  is refused.
+  `backend.seed` are replayable calls; a collective given a raw array, a Python number or a
+  tensor made in the function outside ops (`tx.Tensor(n)`), and a call on an optimizer or
+  schedule made in the function (eager would start from fresh state at every call) are
+  refused.
 - Two ops that return one and the same object (NumPy's shared `np.True_` from two 0-d
   comparisons) cannot be told apart by the record: using either is refused.
 - A recording is one thread's: what other threads do meanwhile stays out of it.
@@ -76,7 +79,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (refused: pass them detached), are part of the signature; a NumPy array is
   refused (wrap it in a Tensor); a Python or NumPy number or a string is part of
   the signature, so a new value records anew (keep changing numbers such as the
-  learning rate on the optimizer, not in the arguments).
+  learning rate on the optimizer, not in the arguments). A tensor in reach passed as an
+  argument (`f(p)` where `f` also uses `p`) is part of the signature by identity, and
+  the function's own uses of it read it, not the argument, at a replay.
 - The modules in reach (found at the first call: the function itself, `self`,
   what a `functools.partial` binds, closure cells, globals, and what those hold
   one level down, inside lists, tuples and dicts too) give every submodule's
@@ -91,9 +96,8 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   weight replaced, a global rebound drop every record, so the next call records
   anew (what the function itself changes during a call is no change). Not seen:
   a field of another object changed (a config object the function reads),
-  a parameter passed as an argument while the function also uses it directly,
-  objects made inside the function (an optimizer, a fresh leaf such
-  as `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
+  other objects made inside the function (a fresh leaf such as
+  `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
   Python state the function writes or reads inside objects (counters, attributes
   of non-module objects, a Python number such as `clip_grad_norm`'s result used in
   an `if`): all fixed at the recording.
@@ -165,6 +169,7 @@ class Jitted:
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
         self._watched: list[Module] = []  # those and every module a recording called, with submodules
+        self._outside: dict[int, Tensor] = {}  # the tensors in reach (modules' too), by id
         self._after: list = []  # what the function reached and they held after the last call (`_contents`)
         self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
@@ -188,6 +193,8 @@ class Jitted:
         reach = _in_reach(self.fn)
         self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
         self._watched = list(self._modules)
+        self._outside = {id(t): t for t in (*(t for t in reach if isinstance(t, Tensor)),
+                                            *(t for m in self._modules for _, t in m.named_tensors()))}
 
     def _run(self, args: tuple, kwargs: dict) -> Any:
         """Replay the record of these arguments' signature, or record one."""
@@ -224,7 +231,8 @@ class Jitted:
         signature = _signature((args, kwargs), tensors)
         first_with_data: dict[int, int] = {}  # the same array passed twice is one slot of the record
         aliases = tuple(first_with_data.setdefault(id(t.data), i) for i, t in enumerate(tensors))
-        return (signature, aliases, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
+        pinned = tuple((i, id(t)) for i, t in enumerate(tensors) if id(t) in self._outside)  # f(p) may use p too
+        return (signature, aliases, pinned, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
 
     def tape(self, *args: Any, **kwargs: Any) -> "Tape | None":
         """The record these arguments would replay (None if there is none yet)."""
@@ -310,11 +318,12 @@ _END = object()  # closes a container's items in `_contents`
 
 def _contents(fn: Callable, modules: list[Module]) -> list:
     """What `fn`'s roots are and what each module holds (attributes, and the items of their lists,
-    tuples and dicts all the way down), in order. The objects themselves, compared by identity
-    (`_same`) and kept alive meanwhile, so that no id is reused: `Dropout.p = 0.0`, a submodule
-    replaced, `ModuleList.append`, a global rebound each make another list. Taken after each call
-    and before the next, so what the function itself changes at each call is not a change. The
-    modules' train/eval modes are left out: the signature has them."""
+    tuples and dicts all the way down; whether a tensor requires grad), in order. The objects
+    themselves, compared by identity (`_same`) and kept alive meanwhile, so that no id is reused:
+    `Dropout.p = 0.0`, a submodule replaced, `ModuleList.append`, a global rebound, a tensor
+    frozen each make another list. Taken after each call and before the next, so what the
+    function itself changes during a call is no change. The modules' train/eval modes are left
+    out: the signature has them."""
     out, seen = _roots(fn), set()
 
     def add_items(container: Any) -> None:
@@ -322,18 +331,22 @@ def _contents(fn: Callable, modules: list[Module]) -> list:
             return
         seen.add(id(container))
         for value in (x for kv in container.items() for x in kv) if type(container) is dict else container:
-            out.append(value)
-            if type(value) in (list, tuple, dict):
-                add_items(value)
+            add(value)
         out.append(_END)
+
+    def add(value: Any) -> None:
+        out.append(value)
+        if type(value) in (list, tuple, dict):
+            add_items(value)
+        elif type(value) is Tensor:  # Python in the function may check it (an optimizer made there does)
+            out.append(value.requires_grad)
 
     for m in modules:
         out.append(m)
         for name, value in vars(m).items():
             if name != "training":
-                out += (name, value)
-                if type(value) in (list, tuple, dict):
-                    add_items(value)
+                out.append(name)
+                add(value)
     return out
 
 

@@ -144,8 +144,8 @@ def _call(w: _Writer, step, keep: bool) -> None:
     """A replayable call (`R[0] = step(sgd)`), its arguments written one by one: this call's
     tensors where the recording had its own (`all_reduce(Wrap(V[4], cpu), op='sum')`)."""
     args = [_argument(w, v) for v in step.args]
-    args += [f"{k}={_argument(w, v)}" if k.isidentifier() else f"**{{{k!r}: {_argument(w, v)}}}"
-             for k, v in step.kwargs.items()]
+    args += [f"{k}={_argument(w, v)}" if k.isidentifier() and not keyword.iskeyword(k)
+             else f"**{{{k!r}: {_argument(w, v)}}}" for k, v in step.kwargs.items()]
     w(f"R[{step.index}] = {w.name(step.function, step.function.__name__)}({', '.join(args)})")
     if not keep and step.frees:
         w(" = ".join(f"V[{s}]" for s in step.frees) + " = None")

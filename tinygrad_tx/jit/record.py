@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import autograd
 from ..backend import backend_of
 from ..inspect.instrument import Instrument
 from ..nn import Module
@@ -123,6 +124,9 @@ class Recorder(Instrument):
         self.consumed: set[int] = set()  # ops walked by a backward inside the function
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
+        self.started = next(autograd.clock)  # objects stamped later were made inside the function
+        self.made_here: set[int] = set()  # id(tensor) of every tensor made while recording
+        self.captured_of: dict[int, int] = {}  # id(tensor from outside) -> its slot
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         for i, t in enumerate(tensors):
@@ -139,6 +143,10 @@ class Recorder(Instrument):
         super().__exit__(*exc)
 
     # -- raw arrays read outside the engine (see watch.py) ----------------------------------------
+    def made(self, t: Tensor) -> None:
+        self.made_here.add(id(t))
+        self.alive.append(t)
+
     def data_read(self, t: Tensor, array: Any, by_user: bool) -> None:
         """A read of `t.data`: by code outside the engine, a copy of its values is kept; at any
         read, values that changed since the copy was taken were written through the raw array."""
@@ -166,12 +174,13 @@ class Recorder(Instrument):
             else:
                 self._check(entry)
 
-    def _new_slot(self, array: Any, name: str) -> int:
+    def _new_slot(self, array: Any, name: str, captured: bool = False) -> int:
         slot = self.tape.n_slots
         self.tape.n_slots += 1
         self.tape.slot_names.append(name)
         self.tape.slot_types.append((getattr(array, "shape", ()), getattr(array, "dtype", type(array).__name__)))
-        self.slot_of[id(array)] = slot
+        if not captured or id(array) not in self.slot_of:  # an argument's array stays the argument's
+            self.slot_of[id(array)] = slot
         self.alive.append(array)
         return slot
 
@@ -185,14 +194,22 @@ class Recorder(Instrument):
         return self.slot_of.get(id(array))
 
     def _source(self, t: Tensor) -> int:
+        """The slot an op reads `t` from: an argument's, or one an op wrote (`t` may be a view made
+        in the function, `x.detach()`), or, for a tensor from outside (a parameter, a buffer, a lifted
+        constant), a slot of its own, read live at each call even if it shares its array with an
+        argument now (`f(p)` where `f` also uses `p`: the next call may pass another tensor)."""
+        slot = self.captured_of.get(id(t))
+        if slot is not None:
+            return slot
         slot = self._slot(t.data)
-        if slot is None:  # a tensor from outside: a parameter, a buffer, a lifted constant
-            if self._grad_owner(t) is not None:
-                self.read(t, "used in an op as a gradient (.grad)")
-            slot = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}")
-            self.tape.captured.append((slot, t))
-            self.captured_slots.add(slot)
-            self.alive.append(t)
+        if slot is not None and (id(t) in self.arg_number or id(t) in self.made_here):
+            return slot
+        if self._grad_owner(t) is not None:
+            self.read(t, "used in an op as a gradient (.grad)")
+        slot = self.captured_of[id(t)] = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}", True)
+        self.tape.captured.append((slot, t))
+        self.captured_slots.add(slot)
+        self.alive.append(t)
         return slot
 
     def _bind(self, value: Any) -> Any:
@@ -243,10 +260,14 @@ class Recorder(Instrument):
             owner = self._grad_owner(value)
             if owner is not None:
                 return Live("grad", owner)
+            if id(value) not in self.made_here:
+                return value  # from outside (a parameter): the same tensor at every call
             slot = self._slot(value.data)
-            if slot is not None and not any(t is value for _, t in self.tape.captured):
-                return Live("slot", slot, value.backend)
-            return value  # a parameter: the same tensor at every call
+            if slot is None:
+                raise JitError(f"jit: {where} got a tensor made in the function outside ops (tx.Tensor(...)?); "
+                               "a replay would pass the recording's tensor again, changed by its earlier calls. "
+                               "Pass it as an argument")
+            return Live("slot", slot, value.backend)
         if type(value) in (list, tuple):
             items = [self._live(v, where) for v in value]
             return type(value)(items) if any(type(v) is Live for v in items) else value
@@ -267,7 +288,7 @@ class Recorder(Instrument):
                            "mask or use where() instead")
         dynamic = [(name, b) for name, b in ((n, self._bind(v)) for n, v in params.items()) if b is not None]
         index = len(self.tape.ops)
-        if isinstance(output, np.bool_) or id(output) in self.slot_of and not any(output is t.data for t in inputs):
+        if isinstance(output, np.bool_) or (id(output) in self.slot_of and not any(output is t.data for t in inputs)):
             self.shared.add(id(output))  # NumPy's np.True_, or an array another op made: not told apart by id
         needs_grad = [t.requires_grad for t in inputs] if recorded else None
         out = self._new_slot(output, f"s{index}")
@@ -309,6 +330,10 @@ class Recorder(Instrument):
         if function is Module.train.__wrapped__:  # the mode of these is the function's doing from here
             self.mode_set.update(id(m) for m in args[0].modules())
         where = function.__qualname__
+        if args and getattr(args[0], "made_at", 0) > self.started:
+            raise JitError(f"jit: {where} on an object made inside the function (an optimizer?): eager makes a "
+                           "new one at each call, with fresh state, a replay would keep using the recording's. "
+                           "Make it outside the function")
         args, kwargs = self._live(args, where), {k: self._live(v, where) for k, v in kwargs.items()}
         self.tape.program.append(Call(self.tape.calls, function, args, kwargs))
         self.call_of[id(result)] = self.tape.calls
@@ -336,7 +361,7 @@ class Recorder(Instrument):
 
     @_this_thread
     def read(self, t: Tensor | None, how: str) -> None:
-        """Refuse a value that leaves the graph (see `autograd.show_read`) if it may differ at the
+        """Refuse a value that leaves the graph (see `observers.show_read`) if it may differ at the
         next call: made from the arguments by ops, a parameter (the optimizer changes it), a
         gradient, or fresh random numbers (`t` None). A replay could only repeat this call's value.
         Hooks that run during a backward (post-accumulate-grad) run again at each replay: they may read."""
