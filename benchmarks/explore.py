@@ -1,6 +1,6 @@
 """How live the explorer feels: page ready, a backward step, a beam-4 translation, a big graph.
 
-    python benchmarks/explore.py [--run runs/grammar] [--chromium /usr/bin/chromium] [--skip-m]
+    python benchmarks/explore.py [--run runs/grammar] [--chromium /usr/bin/chromium] [--skip-m] [--write-docs]
 
 Measured in headless Chromium (Playwright), as a user meets them:
 - page ready: from opening the address to the first view drawn, for the autograd
@@ -32,6 +32,7 @@ import tinygrad_tx.functional as F  # noqa: E402
 from autograd_walkthrough import inputs, loss_of  # noqa: E402
 from models import Transformer  # noqa: E402
 from tinygrad_tx.inspect.explorer import Explorer, explorer_for  # noqa: E402
+from report import written_to_docs  # noqa: E402
 
 SENTENCE = "the small cat eats the red apple and the big dog"  # 10 words of the grammar task (or near)
 M = dict(d_model=256, heads=8, layers=3, d_ff=1024, vocab=8000, batch=32, length=64)  # benchmarks/train_step.py
@@ -152,4 +153,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with written_to_docs("explore"):
+        main()

@@ -6,7 +6,7 @@ slower. This measures the median step (tinygrad_tx, jitted) with 1, 2 and the
 library's default number of BLAS threads, alone and while another process runs the
 same step in a loop with the same setting, each in fresh processes.
 
-    python benchmarks/threads.py [--config toy] [--steps 15]
+    python benchmarks/threads.py [--config toy] [--steps 15] [--write-docs]
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from report import written_to_docs
 
 SETTINGS = ["1", "2", "default"]
 
@@ -77,4 +79,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with written_to_docs("threads"):
+        main()

@@ -13,7 +13,7 @@ With --all (= --memory --busy --main-job) one run prints every row of the speed 
 also the toy step beside a second busy process, and the wall time of the README's main
 job, `python -m models train --task reverse`, with the jit and with --no-jit.
 
-    python benchmarks/train_step.py [--config toy,S,M] [--steps 9] [--memory] [--busy] [--main-job] [--all]
+    python benchmarks/train_step.py [--config toy,S,M] [--steps 9] [--memory] [--busy] [--main-job] [--all] [--write-docs]
                                     [--device cpu|cuda]
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ import numpy as np
 import op_overhead
 import threads
 from common import CONFIGS, ours, theirs
+from report import written_to_docs
 
 def matmul_flops(c: dict) -> float:
     """FLOPs of the step's matrix products: forward, plus twice that for backward."""
@@ -200,4 +201,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with written_to_docs("train_step"):
+        main()
