@@ -142,7 +142,9 @@ def run_train(args: argparse.Namespace) -> None:
     kinds = " -> ".join(t.kind for t in data.tokenizers)
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
-        f"{settings.steps} steps of {settings.batch_size}, run directory {trainer.dir}")
+        f"{settings.steps} steps of {settings.batch_size} "
+        f"(about {settings.steps * settings.batch_size / max(1, len(data.train_pairs)):.0f} epochs), "
+        f"run directory {trainer.dir}")
     started = time.perf_counter()
     with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True,
               disable=not trainer.main) as progress:

@@ -154,3 +154,18 @@ def test_a_damaged_tokenizer_model_is_named(corpus_run, tmp_path, damage):
         shutil.copy(copy / "src.model", copy / "tgt.model")
     result = run_cli("evaluate", "--checkpoint", str(copy))
     assert result.returncode == 2 and "tgt.model" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_small_corpus_is_told_how_many_epochs_it_makes(tmp_path):
+    """The corpus defaults' floor of 1,000 steps of 96 makes a 216-pair corpus train for
+    about 440 epochs, not the usual 25; `train` states the epochs before it starts."""
+    from models.translate.settings import corpus_defaults
+
+    assert (corpus_defaults(216)["steps"], corpus_defaults(216)["batch_size"]) == (1000, 96)
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    result = run_cli("train", "--data", str(data), "--out", str(tmp_path / "run"), "--tokenizer", "word",
+                     "--steps", "3", "--batch-size", "50")
+    line = re.search(r"training on (\d+) pairs.*?(\d+) steps of (\d+) \(about (\d+) epochs\)", result.stdout)
+    assert result.returncode == 0 and line, result.stdout + result.stderr
+    pairs, steps, batch, epochs = map(int, line.groups())
+    assert (steps, batch) == (3, 50) and epochs == round(150 / pairs)
