@@ -30,7 +30,7 @@ from .corpus import Sources, describe, group_references, normalise, read_corpus
 from .data import EOS, DataError
 from .evaluation import InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import check_picture_path, plot_attention
-from .ranks import EveryRankError
+from .ranks import EveryRankError, together
 from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
@@ -127,7 +127,7 @@ def positive(text: str) -> int:
 
 def run_train(args: argparse.Namespace) -> None:
     given = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
-    settings = settings_for(given)
+    settings = together(settings_for, given)  # under mpiexec: a bad argument is printed once
     from tqdm import tqdm
 
     trainer = Trainer(settings)

@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 
+import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 
 from .preparation import Prepared
@@ -37,6 +38,23 @@ def on_every_rank(error: Exception | None) -> None:
     if failed.any():
         shown = dist.rank() == int(np.argmax(failed))
         raise EveryRankError(str(error) if error is not None else "another rank failed", shown) from None
+
+
+CHECKS_FAIL_WITH = (RunError, ValueError, FileNotFoundError, tx.DeviceError)
+"""What a check of the user's arguments and files raises (DataError is a ValueError)."""
+
+
+def together(check, *args):
+    """`check(*args)` on every rank, then one collective: if it failed on any rank, every rank
+    raises (shown by one), so an error in the arguments or files, which every rank meets alike,
+    is printed once and ends the job without an MPI abort. Every rank must call it."""
+    error = result = None
+    try:
+        result = check(*args)
+    except CHECKS_FAIL_WITH as e:
+        error = e
+    on_every_rank(error)
+    return result
 
 
 def check_ranks_agree(settings: TrainSettings, data: Prepared, checkpoint: dict | None) -> None:

@@ -38,7 +38,7 @@ from .data import PAD_ID
 from .evaluation import score, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
-from .ranks import check_ranks_agree, on_every_rank
+from .ranks import check_ranks_agree, on_every_rank, together
 from .run import (RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies, claim,
                   create_run, keep_metrics_until, load_checkpoint, load_weights)
 from .settings import TrainSettings, run_directory
@@ -52,12 +52,12 @@ class Trainer:
         dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
         self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s, self.dir = settings, run_directory(settings)
-        self.data = prepare(settings, self.dir)
+        self.data = together(prepare, settings, self.dir)
         config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab), d_model=settings.d_model,
                       num_heads=settings.heads, num_encoder_layers=settings.layers, num_decoder_layers=settings.layers,
                       d_ff=settings.d_ff, dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
                       tie_embeddings=settings.shared_vocab)
-        self.last = self._read_last(config) if settings.resume else None
+        self.last = together(self._read_last, config) if settings.resume else None
         check_ranks_agree(settings, self.data, self.last)
         tx.manual_seed(settings.seed)
         # rank 0's weights on every rank; gradients averaged over the ranks in backward
@@ -85,7 +85,7 @@ class Trainer:
         """Take the run directory (one `train` at a time), then fill a new one or, with --resume,
         restore the last checkpoint."""
         if not self.s.resume:
-            check_new_run_directory(self.dir)  # every rank: a user's directory is never written into
+            together(check_new_run_directory, self.dir)  # every rank: a user's directory is never written into
         on_every_rank(self._claim() if self.main else None)
         if self.s.resume:
             self.restore()

@@ -69,3 +69,22 @@ def test_ranks_resuming_from_different_checkpoints_all_stop_with_one_line(tmp_pa
                    capture_output=True, timeout=120)
     resume = [*task, "--resume", "--steps", "8"]
     assert_refused(two_ranks(resume, resume, hosts), "the checkpoint last.npz")
+
+
+@needs_mpi
+def test_an_error_every_rank_meets_is_printed_once_without_an_mpi_abort(tmp_path):
+    """The README's order: the set-up already trained into the run directory, so `mpiexec -n 2
+    ... train` into it again is refused; so are a missing corpus and a bad argument. Each rank
+    meets the error alike: one line, by one rank, exit 2, and no MPI abort banner."""
+    run = tmp_path / "run"
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10"]
+    first = subprocess.run([sys.executable, *task, "--out", str(run)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
+    assert first.returncode == 0, first.stderr
+    for args, words in (([*task, "--out", str(run)], "already holds a run"),
+                        ([*TRAIN, "--data", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "b")], "not found"),
+                        ([*task, "--steps", "-4", "--out", str(tmp_path / "c")], "--steps")):
+        done = two_ranks(args, args)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr
+        assert "Abort" not in done.stdout + done.stderr
