@@ -3,7 +3,8 @@
 `python benchmarks/X.py --write-docs` runs as usual and also writes what it printed to
 `docs/results/X.txt`, under one line that says when, on what machine and by which command
 it was measured. docs/benchmarks.md includes these files word for word (the doc tests
-check it), so a figure is never retyped and no two copies of it can disagree.
+check it), so a figure is never retyped and no two copies of it can disagree;
+`python benchmarks/report.py` pastes the files into the pages that include them.
 """
 from __future__ import annotations
 
@@ -52,3 +53,26 @@ def written_to_docs(name: str):
     header = f"# {datetime.date.today().isoformat()}, {machine()}: {command}\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.txt").write_text(header + printed.getvalue())
+
+
+def paste_into_pages() -> None:
+    """Put each docs/results file into the pages that include it (`<!-- include: results/X.txt -->`
+    before a ```text block), word for word: `python benchmarks/report.py` after a --write-docs run."""
+    import re
+
+    include = re.compile(r"(<!--\s*include:\s*(\S+)\s*-->\s*\n```text\n)(.*?)(```)", re.S)
+    for page in sorted(RESULTS.parent.glob("*.md")):
+        text = page.read_text()
+
+        def pasted(m: re.Match) -> str:
+            source = page.parent / m[2]
+            return m[1] + (source.read_text() if source.is_file() else m[3]) + m[4]
+
+        new = include.sub(pasted, text)
+        if new != text:
+            page.write_text(new)
+            print("pasted into", page.relative_to(RESULTS.parents[1]))
+
+
+if __name__ == "__main__":
+    paste_into_pages()

@@ -28,7 +28,7 @@ import tinygrad_tx.distributed as dist
 
 from .corpus import Sources, describe, group_references, normalise, read_corpus
 from .data import EOS, DataError
-from .evaluation import InputTooLong, by_length, cross_attention, encode_sources, score, translate
+from .evaluation import BEAM, InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import check_picture_path, plot_attention
 from .ranks import EveryRankError, together
 from .run import Run, RunError, open_run
@@ -37,11 +37,6 @@ from .tasks import TASKS, probe_pairs
 from .tokenization import KINDS
 from .training import Trainer
 
-BEAM = 4
-"""The beam `evaluate`, `translate` and train's final report use unless --beam says otherwise: NMT
-toolkits default to beam search (4-6 wide); on Tatoeba English-French greedy search (--beam 1)
-scored about 3 BLEU lower (README: "Your own corpus"). Validation during training stays greedy,
-for speed."""
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
 
 

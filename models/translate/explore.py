@@ -23,10 +23,9 @@ from tinygrad_tx.inspect import attention_maps
 from tinygrad_tx.inspect.explorer import BadRequest, Explorer, StepRecord, step_endpoints
 from tinygrad_tx.inspect.explorer.arrays import number
 
-from .cli import BEAM
 from .corpus import normalise
 from .data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
-from .evaluation import InputTooLong, encode_sources, translate
+from .evaluation import BEAM, InputTooLong, encode_sources, translate
 from .run import Run, load_model, open_run, read_metrics
 from ..beam_tree import BeamTree
 
