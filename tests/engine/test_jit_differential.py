@@ -12,12 +12,13 @@ built alike, one eagerly and one under tx.jit, on the same fresh inputs at every
 each call the results, every parameter and every gradient must be equal byte for byte. An
 error eager raises must be raised by the jit too (or the jit refuses first).
 
-CI runs the "ci" profile of tests/conftest.py; a long search:
+On every device; CI runs the "ci" profile of tests/conftest.py (60 examples); a long search:
     pytest tests/engine/test_jit_differential.py --hypothesis-profile large --hypothesis-show-statistics
 """
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ from tinygrad_tx import nn, optim
 from tinygrad_tx.jit import JitError
 
 from .test_jit_limits import same
+
+pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, strict, and cuda where there is a GPU
 
 # names that collide with each other, with the generated code's own names and with its renamings ("w" + a number)
 NAMES = ("w", "w5", "w6", "w", "w7", "w8", "w", "w9", "w10", "w_1", "V", "f")
@@ -127,7 +130,7 @@ def change(world: World, what: tuple, rng: np.random.Generator) -> None:
         world.model.train(what[1])
     elif kind == "new_values":
         p = world.params()[what[1] % len(world.params())]
-        p.data = rng.standard_normal(p.shape).astype(p.dtype)
+        p.data = p.backend.from_host(rng.standard_normal(p.shape).astype(p.dtype))
     elif kind == "grad_none":
         world.params()[what[1] % len(world.params())].grad = None
     elif kind == "zero_grad":
@@ -254,7 +257,7 @@ def run(world: World, s: tuple, regs: dict) -> None:
 
 def state(world: World) -> list:
     """Every tensor's values and gradient (None or values), in order."""
-    return [(p.data.tobytes(), None if p.grad is None else p.grad.numpy().tobytes()) for p in world.params()]
+    return [(p.numpy().tobytes(), None if p.grad is None else p.grad.numpy().tobytes()) for p in world.params()]
 
 
 def outcome(step, *args) -> tuple:
