@@ -32,9 +32,10 @@ def machine() -> str:
 
 
 @contextlib.contextmanager
-def written_to_docs(name: str):
+def written_to_docs(name: str, markdown: bool = False):
     """Print as usual; with `--write-docs` among the arguments (taken out of sys.argv before the
-    script parses them), also write the output to docs/results/<name>.txt."""
+    script parses them), also write the output to docs/results/<name>.txt, or, for a script that
+    prints a markdown table, to <name>.md, which a page includes as markdown."""
     if "--write-docs" not in sys.argv:
         yield
         return
@@ -50,17 +51,19 @@ def written_to_docs(name: str):
     command += " --write-docs"
     with contextlib.redirect_stdout(Tee()):
         yield
-    header = f"# {datetime.date.today().isoformat()}, {machine()}: {command}\n"
+    when = f"{datetime.date.today().isoformat()}, {machine()}"
+    header = f"Measured {when}: `{command}`\n\n" if markdown else f"# {when}: {command}\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.txt").write_text(header + printed.getvalue())
+    (RESULTS / f"{name}.{'md' if markdown else 'txt'}").write_text(header + printed.getvalue())
 
 
 def paste_into_pages() -> None:
     """Put each docs/results file into the pages that include it (`<!-- include: results/X.txt -->`
-    before a ```text block), word for word: `python benchmarks/report.py` after a --write-docs run."""
+    before a ```text block, or `<!-- include: results/X.md -->` ... `<!-- end include -->` around
+    markdown), word for word: `python benchmarks/report.py` after a --write-docs run."""
     import re
 
-    include = re.compile(r"(<!--\s*include:\s*(\S+)\s*-->\s*\n```text\n)(.*?)(```)", re.S)
+    include = re.compile(r"(<!--\s*include:\s*(\S+)\s*-->\s*\n(?:```text\n)?)(.*?)(```|<!-- end include -->)", re.S)
     for page in sorted(RESULTS.parent.glob("*.md")):
         text = page.read_text()
 

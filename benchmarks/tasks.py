@@ -66,5 +66,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with written_to_docs("tasks"):
+    with written_to_docs("tasks", markdown=True):
         main()

@@ -17,8 +17,9 @@ test, its examples run in order in one namespace. The conventions a page follows
   unnoticed. Commands run in one temporary directory per page, with the repository's
   examples/, benchmarks/ and tinygrad_tx/ and models/ reachable as in a checkout.
 - A measured figure is never retyped: `<!-- include: results/NAME.txt -->` before a
-  ```text block says the block is that file, which the benchmark script wrote
-  (`--write-docs`, see benchmarks/report.py); the block must equal it word for word.
+  ```text block (or `<!-- include: results/NAME.md -->` ... `<!-- end include -->` around
+  a markdown table) says the block is that file, which the benchmark script wrote
+  (`--write-docs`, see benchmarks/report.py); it must equal the file word for word.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = re.compile(r"(?:<!--\s*shell:\s*(?P<how>run-instead|run|not-run)(?P<arg>.*?)-->\s*\n)?```bash\n(?P<body>.*?)```",
                    re.S)
-INCLUDE = re.compile(r"<!--\s*include:\s*(?P<file>\S+)\s*-->\s*\n```text\n(?P<body>.*?)```", re.S)
+INCLUDE = re.compile(r"<!--\s*include:\s*(?P<file>\S+)\s*-->\s*\n(?:```text\n(?P<body>.*?)```"
+                     r"|(?P<markdown>.*?)<!-- end include -->)", re.S)
 LINKED = ["examples", "benchmarks", "tinygrad_tx", "models", "pyproject.toml"]
 
 
@@ -119,5 +121,6 @@ def test_included_results_are_the_files_the_benchmarks_wrote(page: Path):
     for m in INCLUDE.finditer(page.read_text()):
         source = page.parent / m["file"]
         assert source.is_file(), f"{page.name} includes {m['file']}, which does not exist"
-        assert m["body"] == source.read_text(), (f"{page.name}: the block after <!-- include: {m['file']} --> "
-                                                 f"differs from the file; paste it again, do not retype it")
+        shown = m["body"] if m["body"] is not None else m["markdown"]
+        assert shown == source.read_text(), (f"{page.name}: the block after <!-- include: {m['file']} --> differs "
+                                             "from the file; paste it with `python benchmarks/report.py`")

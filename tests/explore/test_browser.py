@@ -66,6 +66,7 @@ def browser():
 def page(browser):
     """A fresh tab that keeps every console error and uncaught exception in `page.errors`."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(90_000)  # a busy 2-core machine: the server computes one view at a time
     page.errors = []
     page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: page.errors.append(str(e)))
@@ -152,6 +153,8 @@ def test_translate_and_training_views(page, run_url, tiny_run, shots):
 
 def test_two_tabs_at_once(browser, run_url):
     first, second = browser.new_page(), browser.new_page()
+    for tab in (first, second):
+        tab.set_default_timeout(90_000)
     try:
         open_page(first, run_url)
         open_page(second, run_url)
