@@ -15,8 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (a notebook has no __file__ of its own)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest on 2 cores
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 
 def options(description: str, default_out: str) -> argparse.Namespace:
