@@ -13,13 +13,14 @@
 
 # %%
 import json
+import random
+import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-from lesson_kit import Checks, heatmaps, options, pyplot
+from lesson_kit import ROOT, Checks, heatmaps, options, pyplot
 
 import tinygrad_tx as tx
 from models import sinusoidal_table
@@ -32,7 +33,6 @@ from tinygrad_tx.inspect import attention_maps
 args = options("Seed 001's translation transformer: trained by the CLI, opened step by step.", "lesson_001_out")
 check = Checks()
 start = time.perf_counter()
-ROOT = Path(__file__).resolve().parents[1]
 
 # %% [markdown]
 # ## Subword tokens
@@ -59,7 +59,7 @@ print(f"decode(encode(text)) == text for every sentence: {round_trip}")
 # lesson_000 for the seed's concatenated variant), one row per position.
 
 # %%
-rng = __import__("random").Random(0)
+rng = random.Random(0)
 lengths = [[len(side.split()) for side in grammar.sample_pair(rng)] for _ in range(5000)]
 plt = pyplot()
 if plt is not None:
@@ -83,12 +83,12 @@ heatmaps(sinusoidal_table(32, 96)[None], args.out / "positions.png", ["PE(pos, d
 # %%
 run_dir = args.out / "grammar_run"
 steps = 150 if args.quick else 1500
-if not (run_dir / "best.npz").exists() or json.loads((run_dir / "run.json").read_text())["steps"] != steps:
+trained_before = (run_dir / "best.npz").exists() and json.loads(
+    (run_dir / "run.json").read_text())["settings"]["steps"] == steps  # a second run of the lesson reuses it
+if not trained_before:
     command = [sys.executable, "-m", "models", "train", "--task", "grammar", "--steps", str(steps),
                "--eval-every", str(steps), "--out", str(run_dir)]
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)
     trained = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     print(trained.stdout[-1500:])

@@ -138,7 +138,7 @@ print(f"seed 002's formula vs MultiHeadAttention(causal=True): max difference {g
 # `update` (lesson_kit.py): `zero_grad()`, `loss.backward()`, `optimizer.step()`, `schedule.step()`.
 
 # %%
-steps, batch_size = (300, 64) if args.quick else (3000, 128)
+steps, batch_size = (300, 64) if args.quick else (4000, 128)
 optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
 schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=3e-3)
 train_rng, curve = random.Random(1), []
@@ -198,7 +198,7 @@ for temperature in (0.5, 1.0):
         print(f"  {'ok ' if s and truth.accepts(s) else 'BAD'} {' '.join(s or ['(no <eos>)'])}")
 shares = {}
 for temperature in (0.5, 1.0):
-    samples = sample(200 if args.quick else 1000, temperature, seed=4)
+    samples = sample(200 if args.quick else 2000, temperature, seed=4)
     shares[temperature] = np.mean([s is not None and truth.accepts(s) for s in samples])
     print(f"grammatical at temperature {temperature}: {shares[temperature]:.1%} of {len(samples)}")
 
@@ -227,9 +227,12 @@ with tx.no_grad():
 plt = pyplot()
 if plt is not None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(np.convolve(curve, np.ones(10) / 10, mode="valid"), label="training loss (mean of 10 steps)")
-    ax.axhline(floor, color="k", linestyle="--", label=f"entropy floor {floor:.3f}")
-    ax.set(xlabel="step", ylabel="nats / token", ylim=(floor - 0.2, floor + 1.5), title="GPT on the grammar")
+    smooth = min(50, steps // 5)
+    ax.plot(np.arange(smooth, steps + 1), np.convolve(curve, np.ones(smooth) / smooth, mode="valid"),
+            label=f"training loss (mean of {smooth} steps)")
+    ax.axhline(model_loss, color="tab:orange", linestyle=":", label=f"held-out loss {model_loss:.4f}")
+    ax.axhline(floor, color="k", linestyle="--", label=f"entropy floor {floor:.4f}")
+    ax.set(xlabel="step", ylabel="nats / token", ylim=(floor - 0.02, floor + 0.3), title="GPT on the grammar")
     ax.legend()
     fig.savefig(args.out / "gpt_loss.png", dpi=110, bbox_inches="tight")
     plt.close(fig)

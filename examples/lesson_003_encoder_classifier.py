@@ -24,7 +24,7 @@ import tinygrad_tx.functional as F
 from models import EncoderClassifier
 from models.masks import padding_mask
 from models.translate import grammar
-from models.translate.data import PAD_ID, SPECIALS, Vocab, pad
+from models.translate.data import PAD_ID, Vocab, pad
 from models.translate.grammar_lm import GrammarLM
 from tinygrad_tx import Tensor, optim
 from tinygrad_tx.inspect import attention_maps

@@ -71,7 +71,7 @@ spanish = ["juego", "al", "fútbol"]
 heatmaps(np.stack([seed_mask, 1 - seed_mask, keep.astype(float), np.broadcast_to(padding_keep, (3, 3)) * 1.0,
                    our_weights]),
          args.out / "masks.png", ["seed 004: 1 = blocked", "seed 000: 0 = blocked", "ours: True = may attend",
-                                  "ours, padding: True = may attend", "softmax with our mask"],
+                                  "ours, padding (3rd key a <pad>)", "softmax with our mask"],
          spanish, spanish, "look-ahead and padding masks (rows: query, columns: key)", cmap="Greys_r",
          annotate=True, vmin=0, vmax=1)
 
@@ -129,6 +129,14 @@ doubled = np.empty(10)
 doubled[0::2], doubled[1::2] = 2 * sin1 * cos1, cos1 ** 2 - sin1 ** 2
 rotation_gap = np.abs(doubled - soccer).max()
 print(f"soccer from play by the double-angle identities: max difference {rotation_gap:.1e}")
+offset, pe = 7, sinusoidal_table(40, 10)  # any offset, any position
+turn = offset / 10000.0 ** (np.arange(0, 10, 2) / 10)  # the angle each (sin, cos) pair turns by: (5,)
+sines, cosines = pe[:-offset, 0::2], pe[:-offset, 1::2]  # (33, 5) each
+turned = np.empty_like(pe[offset:])
+turned[:, 0::2] = sines * np.cos(turn) + cosines * np.sin(turn)  # sin(a + b)
+turned[:, 1::2] = cosines * np.cos(turn) - sines * np.sin(turn)  # cos(a + b)
+shift_gap = np.abs(turned - pe[offset:]).max()
+print(f"PE(pos + {offset}) = PE(pos) rotated pair by pair, for every pos: max difference {shift_gap:.1e}")
 big = sinusoidal_table(50, 128)  # (positions, d_model)
 heatmaps(big[None], args.out / "positional_encoding.png", ["PE(pos, dim), d_model = 128"],
          cmap="RdBu", vmin=-1, vmax=1, suptitle="sinusoidal positional encoding (rows: position, columns: dim)")
@@ -144,4 +152,5 @@ if torch_gap is not None:
     check("MultiHeadAttention equals torch.nn.MultiheadAttention", torch_gap < 1e-5, f"{torch_gap:.1e}")
 check("sinusoidal_table gives the seed's hand-computed values", pe_gap < 1e-12, f"{pe_gap:.1e}")
 check("PE(2) follows from PE(1) by the double-angle identities", rotation_gap < 1e-12, f"{rotation_gap:.1e}")
+check("PE(pos + k) is a fixed rotation of PE(pos)", shift_gap < 1e-12, f"{shift_gap:.1e}")
 check.finish()

@@ -15,8 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (a notebook has no __file__ of its own)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest on 2 cores
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 
 def options(description: str, default_out: str) -> argparse.Namespace:
@@ -85,7 +86,7 @@ def heatmaps(matrices: np.ndarray, path: Path, titles: Sequence[str], rows: Sequ
     grid = (-(-n // per_row), min(n, per_row))  # (rows, columns) of pictures
     scale = max(R, C) / 12 + 0.8
     fig, axes = plt.subplots(*grid, figsize=(3.4 * grid[1] * scale + 1, (3.0 * scale + 0.6) * grid[0]),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     for ax in axes.flat[n:]:
         ax.axis("off")
     for ax, matrix, title in zip(axes.flat, matrices, titles):
@@ -98,7 +99,9 @@ def heatmaps(matrices: np.ndarray, path: Path, titles: Sequence[str], rows: Sequ
         if annotate:
             for i in range(R):
                 for j in range(C):
-                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", color="w", fontsize=7)
+                    light = image.norm(matrix[i, j]) > 0.5  # dark text on the light cells
+                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", color="k" if light else "w",
+                            fontsize=7)
     fig.colorbar(image, ax=list(axes.flat), shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
