@@ -57,8 +57,8 @@ def break_agreement(sentence: grammar.Sentence, rng: random.Random) -> tuple[lis
     elif kind == "article":
         at, phrase = rng.choice(phrases)
         before = phrase.adjective is not None and phrase.adjective.before_noun
-        wrong = ARTICLES[phrase.definite] - {words[at], "des" if before else "de"}  # "des"/"de" is not agreement
-        words[at] = rng.choice(sorted(wrong - ({"des", "de"} if words[at] in ("des", "de") else set())))
+        wrong = ARTICLES[phrase.definite] - {words[at], "des" if before else "de"}  # des/de: placement, not agreement
+        words[at] = rng.choice(sorted(wrong))
     else:
         at, phrase = rng.choice(with_adjective)
         form = phrase.adjective.fr(phrase.noun.gender, phrase.plural)

@@ -16,7 +16,6 @@ from typing import Sequence
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout (a notebook has no __file__ of its own)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest on 2 cores
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 
@@ -24,7 +23,15 @@ def options(description: str, default_out: str) -> argparse.Namespace:
     """`--out DIR` for the pictures (made if missing) and `--quick` (or LESSONS_QUICK=1) for CI.
 
     Unknown arguments are ignored, so the same cell runs inside Jupyter, which passes its own.
+    NumPy's BLAS gets one thread: the lessons' matrices are small, and two threads on a busy
+    2-core machine spin against each other (see benchmarks/threads.py).
     """
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+    except ImportError:
+        pass
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, default=Path(default_out), help="folder for the pictures")
     parser.add_argument("--quick", action="store_true", default=os.environ.get("LESSONS_QUICK") == "1",
