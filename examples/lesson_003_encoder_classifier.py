@@ -135,14 +135,18 @@ print(f"scores {scores.shape}, weights {weights.shape} (row sums {weights.numpy(
 short = np.array([vocab.encode(test_words[0])])  # (1, T)
 padded = np.pad(short, ((0, 0), (0, 5)), constant_values=PAD_ID)  # (1, T + 5)
 T = short.shape[1]
-with tx.no_grad():
-    def attend(ids: np.ndarray, masked: bool) -> np.ndarray:
-        e = model.encoder.embed(Tensor(ids))  # (1, T', D)
-        mask = padding_mask(Tensor(ids), PAD_ID) if masked else None  # (1, 1, 1, T')
-        return F.scaled_dot_product_attention(e, e, e, mask=mask[:, 0] if masked else None).numpy()[0, :T]
 
-    unmasked_change = np.abs(attend(short, False) - attend(padded, False)).max()
-    masked_change = np.abs(attend(short, True) - attend(padded, True)).max()
+
+@tx.no_grad()
+def attend(ids: np.ndarray, masked: bool) -> np.ndarray:
+    """Self-attention (q = k = v = the embeddings) of the first T tokens: (T, D)."""
+    e = model.encoder.embed(Tensor(ids))  # (1, T', D)
+    mask = padding_mask(Tensor(ids), PAD_ID)[:, 0] if masked else None  # (1, 1, T'): True = real key
+    return F.scaled_dot_product_attention(e, e, e, mask=mask).numpy()[0, :T]
+
+
+unmasked_change = np.abs(attend(short, False) - attend(padded, False)).max()
+masked_change = np.abs(attend(short, True) - attend(padded, True)).max()
 print(f"5 pads added: output of the real tokens changes by {unmasked_change:.3f} without a mask, "
       f"{masked_change:.1e} with one")
 
