@@ -137,15 +137,15 @@ print(f"scores {scores.shape}, weights {weights.shape} (row sums {weights.numpy(
 # %%
 short = np.array([vocab.encode(test_words[0])])  # (1, T)
 padded = np.pad(short, ((0, 0), (0, 5)), constant_values=PAD_ID)  # (1, T + 5)
-T = short.shape[1]
+n_real = short.shape[1]
 
 
 @tx.no_grad()
 def attend(ids: np.ndarray, masked: bool) -> np.ndarray:
-    """Self-attention (q = k = v = the embeddings) of the first T tokens: (T, D)."""
+    """Self-attention (q = k = v = the embeddings) of the real tokens: (n_real, D)."""
     e = model.encoder.embed(Tensor(ids))  # (1, T', D)
     mask = padding_mask(Tensor(ids), PAD_ID)[:, 0] if masked else None  # (1, 1, T'): True = real key
-    return F.scaled_dot_product_attention(e, e, e, mask=mask).numpy()[0, :T]
+    return F.scaled_dot_product_attention(e, e, e, mask=mask).numpy()[0, :n_real]
 
 
 unmasked_change = np.abs(attend(short, False) - attend(padded, False)).max()
@@ -166,7 +166,8 @@ layer = model.encoder.layers[0]
 attn = layer.self_attn
 keep = padding_mask(Tensor(batch), PAD_ID)  # (B, 1, 1, T)
 with tx.no_grad():
-    q = attn._split_heads(attn.w_q(x))  # (B, h, T, d_head)
+    B, T, D = x.shape
+    q = attn.w_q(x).reshape(B, T, attn.num_heads, attn.d_head).transpose(0, 2, 1, 3)  # (B, h, T, d_head)
     print(f"x {x.shape} -> queries per head {q.shape} -> attention {attn(x, mask=keep).shape} "
           f"-> feed-forward {layer.ff(x).shape}")
     ours = layer(x, keep).numpy()  # (B, T, D)
