@@ -138,9 +138,9 @@ print(f"seed 002's formula vs MultiHeadAttention(causal=True): max difference {g
 # `update` (lesson_kit.py): `zero_grad()`, `loss.backward()`, `optimizer.step()`, `schedule.step()`.
 
 # %%
-steps, batch_size = (300, 64) if args.quick else (4000, 128)
-optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=3e-3)
+steps, batch_size = (300, 64) if args.quick else (5000, 128)
+optimizer = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=1e-2)
 train_rng, curve = random.Random(1), []
 model.train()
 for step in range(1, steps + 1):
@@ -157,6 +157,13 @@ print(f"trained in {train_seconds:.0f} s (wall clock; slower when others share t
 # Fresh sentences, scored twice: by the model, and by the grammar's true probabilities. The true
 # distribution's loss on the same sentences is the floor for this very sample; the gap between the
 # two is the model's KL divergence from the truth, per token.
+#
+# That gap also bounds how often the model can write nonsense. If it puts a mass e on ungrammatical
+# sentences, where the truth puts none, its KL per sentence is at least -log(1 - e) (grouping sentences
+# into grammatical or not can only lose divergence). So 99% grammatical samples need a KL below 0.01
+# nats per sentence, 0.0014 per token: a far stricter goal than a loss within 2% of the floor (0.048).
+# This is why the model trains at a high rate (1e-2) for 5000 steps: at 3e-3 it reached the 2% at once,
+# but after 4000 steps its samples were still only 98.8% grammatical.
 
 # %%
 held_out = draw(random.Random(2), 500 if args.quick else 4000)
@@ -251,7 +258,7 @@ heatmaps(weights, args.out / "gpt_attention.png", [f"{n.split('.')[2]}.{h}" for 
 # ## Checks against the truth
 # In full mode the goals of issue 24: held-out loss within 2% of the truth's loss on the same
 # sentences, and at least 99% of the sentences sampled at temperature 1 accepted by the grammar.
-# In quick mode (CI) only the direction: far below a uniform guess, and mostly grammatical.
+# In quick mode (CI), 300 short steps, only the direction: near the floor, and mostly grammatical.
 
 # %%
 check("the grammar's probability matches the hand computation", math.isclose(truth.probability(example), by_hand))
@@ -259,8 +266,9 @@ check("the exact floor matches its closed form", math.isclose(floor, closed_form
 check("seed 002's formula gives MultiHeadAttention's output", gap < 1e-4, f"{gap:.1e}")
 check("the KV cache gives the full forward's logits", np.abs(full - stepwise).max() < 1e-4)
 if args.quick:
-    check("held-out loss far below a uniform guess", model_loss < 0.6 * math.log(len(vocab)), f"{model_loss:.3f}")
-    check("most samples are grammatical", shares[1.0] > 0.5, f"{shares[1.0]:.1%}")
+    check("held-out loss within 5% of the floor, far below a uniform guess", model_loss <= 1.05 * true_loss,
+          f"{model_loss:.3f} against {true_loss:.3f}; uniform {math.log(len(vocab)):.3f}")
+    check("80% or more of the samples are grammatical", shares[1.0] >= 0.8, f"{shares[1.0]:.1%}")
 else:
     check("held-out loss within 2% of the floor", model_loss <= 1.02 * min(true_loss, floor),
           f"{model_loss:.4f}; truth on the same sentences {true_loss:.4f}, exact floor {floor:.4f}")

@@ -70,7 +70,7 @@ padding_keep = np.array([True, True, False])  # "juego al <pad>": nobody looks a
 spanish = ["juego", "al", "fútbol"]
 heatmaps(np.stack([seed_mask, 1 - seed_mask, keep.astype(float), np.broadcast_to(padding_keep, (3, 3)) * 1.0,
                    our_weights]),
-         args.out / "masks.png", ["seed 004: 1 = blocked", "seed 000: 0 = blocked", "ours: True = may attend",
+         args.out / "lookahead_masks.png", ["seed 004: 1 = blocked", "seed 000: 0 = blocked", "ours: True = may attend",
                                   "ours, padding (3rd key a <pad>)", "softmax with our mask"],
          spanish, spanish, "look-ahead and padding masks (rows: query, columns: key)", cmap="Greys_r",
          annotate=True, vmin=0, vmax=1)

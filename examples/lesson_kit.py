@@ -1,4 +1,4 @@
-"""What the lessons share: their command line, their final checks, and their heat-maps.
+"""What the lessons share: their command line, a training update, their final checks, their heat-maps.
 
 Each lesson runs as a script (`python examples/lesson_....py --out DIR [--quick]`)
 or cell by cell (`# %%` cells, for Jupyter with jupytext or VS Code). Its last
@@ -11,20 +11,32 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout (a notebook has no __file__ of its own)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest on 2 cores
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+if TYPE_CHECKING:
+    from tinygrad_tx import Tensor
+    from tinygrad_tx.optim import Optimizer
+    from tinygrad_tx.schedules import LRSchedule
 
 
 def options(description: str, default_out: str) -> argparse.Namespace:
     """`--out DIR` for the pictures (made if missing) and `--quick` (or LESSONS_QUICK=1) for CI.
 
     Unknown arguments are ignored, so the same cell runs inside Jupyter, which passes its own.
+    NumPy's BLAS gets one thread: the lessons' matrices are small, and two threads on a busy
+    2-core machine spin against each other (see benchmarks/threads.py).
     """
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+    except ImportError:
+        pass
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, default=Path(default_out), help="folder for the pictures")
     parser.add_argument("--quick", action="store_true", default=os.environ.get("LESSONS_QUICK") == "1",
@@ -52,7 +64,7 @@ class Checks:
         print("all checks passed")
 
 
-def update(loss, optimizer, schedule) -> float:
+def update(loss: Tensor, optimizer: Optimizer, schedule: LRSchedule) -> float:
     """One training step after the forward pass: clear the old gradients, backpropagate, let the
     optimizer move the weights, set the next learning rate. Returns the loss as a number."""
     optimizer.zero_grad()
