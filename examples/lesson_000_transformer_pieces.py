@@ -6,7 +6,8 @@
 # layers (post-LN, as in the paper). This lesson takes the same steps with our library, prints the
 # shape at each one, draws the masks and the encodings, and checks every layer against PyTorch's own
 # (`nn.MultiheadAttention`, `nn.TransformerEncoderLayer`, `nn.TransformerDecoderLayer`) on the same
-# weights. It also fixes the seed's slips on the way (see ../shared/seeds/README.md).
+# weights. Where the seed's code departs from the paper (its positional encoding puts the sines and
+# the cosines side by side instead of interleaving them), the lesson shows both.
 #
 #     python examples/lesson_000_transformer_pieces.py [--out lesson_000_out] [--quick]
 

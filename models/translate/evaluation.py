@@ -25,7 +25,7 @@ from ..transformer import Transformer
 BEAM = 4
 """The beam `evaluate`, `translate` and train's final report use unless --beam says otherwise: NMT
 toolkits default to beam search (4-6 wide); on Tatoeba English-French greedy search (--beam 1)
-scored about 3 BLEU lower (README: "Your own corpus"). Validation during training stays greedy,
+scored about 3 BLEU lower (docs/translate.md: "Your own corpus"). Validation during training stays greedy,
 for speed."""
 
 class InputTooLong(ValueError):

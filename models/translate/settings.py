@@ -105,10 +105,11 @@ def corpus_defaults(n_pairs: int) -> dict:
     per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96 pairs took 0.19 s with
     2200 target pieces and 0.24 s with 6200); about 25 epochs, but no fewer than 1000 and
     no more than 4000 steps of 96 pairs: a corpus under 3,840 pairs gets more than 25
-    epochs (216 pairs: about 440); `train` prints the epochs it will make. A small corpus gets a smaller model, which overfits less. On the
-    18k-pair Tatoeba English-French list this is 2300 pieces per side, 4 heads of a
-    128-wide model, 2 layers and 4000 steps (README: "Your own corpus", which has the
-    measurements behind these choices: in the same time, 2 layers and more steps beat
+    epochs (216 pairs: about 440); `train` prints the epochs it will make. A small corpus
+    gets a smaller model, which overfits less. On the 18k-pair Tatoeba English-French
+    list this is 2300 pieces per side, 4 heads of a 128-wide model, 2 layers and 4000
+    steps (docs/translate.md: "Your own corpus", which has the measurements behind these
+    choices: in the same time, 2 layers and more steps beat
     3 layers, batches of 96 beat 64, lr 2e-3 beat 1e-3 and 3e-3; fewer pieces, a shared
     vocabulary, more dropout and checkpoint averaging did not pay).
     """

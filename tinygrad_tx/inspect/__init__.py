@@ -1,5 +1,5 @@
-"""Instruments for looking inside autograd (`tx.inspect`); see the README section
-"Looking inside autograd: `tx.inspect`" for a tour with their output.
+"""Instruments for looking inside autograd (`tx.inspect`); docs/inspect.md is a tour of
+them with their output.
 
 - graph views: `graph_text(t)`, `to_dot(t)`, `render(t, "graph.svg")`, with
   `retain_grads(t)` to keep every gradient and, for models, `record_modules()`
