@@ -26,7 +26,7 @@ from tinygrad_tx.inspect.explorer.arrays import number
 from .corpus import normalise
 from .data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
 from .evaluation import BEAM, InputTooLong, encode_sources, translate
-from .run import Run, load_model, open_run, read_metrics
+from .run import SNAPSHOTS, Run, load_model, open_run, read_metrics
 from ..beam_tree import BeamTree
 
 STEP_PAIRS = 4
@@ -112,9 +112,14 @@ class RunViews:
                 "attention": maps, "alignment": np.mean(last_cross(maps)["heads"], axis=0).tolist()}
 
     # -- training --------------------------------------------------------------------------
+    def kept_checkpoints(self) -> list[str]:
+        """The snapshots of `train --snapshots` in step order, then last.npz and best.npz: the names
+        the page may ask for (looked up in this list, never joined to a path as given)."""
+        snapshots = [f"{SNAPSHOTS}/{path.name}" for path in sorted(self.run.directory.glob(f"{SNAPSHOTS}/step_*.npz"))]
+        return snapshots + [name for name in reversed(CHECKPOINTS) if (self.run.directory / name).is_file()]
+
     def metrics(self, params: dict) -> dict:
-        return {"records": finite_metrics(self.run.directory / "metrics.jsonl"),
-                "checkpoints": [name for name in CHECKPOINTS if (self.run.directory / name).is_file()]}
+        return {"records": finite_metrics(self.run.directory / "metrics.jsonl"), "checkpoints": self.kept_checkpoints()}
 
     def metric_events(self, params: dict) -> Iterator[dict]:
         """The records of metrics.jsonl as they are appended: all of them first, then each new batch
@@ -133,11 +138,9 @@ class RunViews:
 
     def checkpoint_attention(self, params: dict) -> dict:
         """The cross-attention (last decoder layer) of one sentence under a kept checkpoint."""
-        name = params.get("name")
-        if name not in CHECKPOINTS:
-            raise BadRequest(f"checkpoint must be one of {', '.join(CHECKPOINTS)}")
-        if not (self.run.directory / name).is_file():
-            raise BadRequest(f"this run has no {name}")
+        name, kept = params.get("name"), self.kept_checkpoints()
+        if name not in kept:
+            raise BadRequest(f"checkpoint must be one this run kept: {', '.join(kept)}")
         if name not in self._models:
             self._models[name] = load_model(self.run.directory / name).to(self.run.model.device).eval()
         model, (src_tok, tgt_tok) = self._models[name], self.run.tokenizers

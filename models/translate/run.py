@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 RUN_FORMAT = "tinygrad_tx.run"
 """Written into run.json: what marks a directory as a run directory `train` may write into again."""
 LOCK = "train.lock"
+SNAPSHOTS = "snapshots"  # train --snapshots: the weights of each validation, step_N.npz
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK})
+                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS})
 
 
 class RunError(RuntimeError):

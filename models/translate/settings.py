@@ -78,6 +78,8 @@ class TrainSettings:
     eval_every: int = option(500, "validate and write last.npz every N steps", WHOLE)
     average: int = option(1, "the final model may be the mean of the weights at the last N validations", WHOLE)
     log_every: int = option(10, "log the loss every N steps", WHOLE)
+    snapshots: bool = option(False, "also keep the weights of each validation, snapshots/step_N.npz (4 bytes a "
+                                    "parameter each), for the explorer's attention across checkpoints")
     device: str = option("cpu", "cpu or cuda", cli=False)
     jit: bool = option(True, "run every training step eagerly instead of replaying it with tx.jit")
     resume: bool = option(False, "continue the run in --out from its last checkpoint", saved=False)

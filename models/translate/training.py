@@ -39,8 +39,8 @@ from .evaluation import score, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
 from .ranks import check_ranks_agree, on_every_rank, together
-from .run import (RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies, claim,
-                  create_run, keep_metrics_until, load_checkpoint, load_weights)
+from .run import (SNAPSHOTS, RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies,
+                  claim, create_run, keep_metrics_until, load_checkpoint, load_weights)
 from .settings import TrainSettings, run_directory
 from ..transformer import Transformer
 
@@ -171,6 +171,9 @@ class Trainer:
                                            averaged=len(self.average.taken)))
             self.model.load_state_dict(trained)  # last.npz goes on from the trained weights
         self.save("last.npz")
+        if self.s.snapshots:  # the weights alone: what `explore` needs to show attention as it formed
+            (self.dir / SNAPSHOTS).mkdir(exist_ok=True)
+            self.model.save(self.dir / SNAPSHOTS / f"step_{self.step:06d}.npz")
         if not plot_curves(self.dir) and not self.warned_no_plot:
             progress.write("matplotlib is not installed, so no curves.png: pip install \"tinygrad-tx[viz]\"")
             self.warned_no_plot = True

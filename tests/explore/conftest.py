@@ -28,7 +28,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def tiny_run(tmp_path_factory) -> Path:
     """A run of the reverse task that trains in seconds (and then reverses short strings), once per session."""
     out = tmp_path_factory.mktemp("explore") / "reverse"
-    done = run_cli("train", "--task", "reverse", "--out", str(out), *TINY)
+    done = run_cli("train", "--task", "reverse", "--out", str(out), "--snapshots", *TINY)
     assert done.returncode == 0, done.stderr
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 import re
 import signal
 import subprocess
@@ -234,21 +235,25 @@ def test_a_sentence_that_is_not_text_is_a_bad_request(run_url):
 def test_training_curves_are_the_runs_metrics(run_url, tiny_run):
     records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
     status, page = get(run_url + "/api/metrics")
-    assert status == 200 and page["records"] == records and page["checkpoints"] == ["best.npz", "last.npz"]
+    snapshots = [f"snapshots/step_{step:06d}.npz" for step in (100, 200, 300)]  # train --snapshots, every 100 steps
+    assert status == 200 and page["records"] == records and page["checkpoints"] == [*snapshots, "last.npz", "best.npz"]
     with urllib.request.urlopen(run_url + "/api/events/metrics", timeout=30) as stream:
         first = json.loads(stream.readline().decode().removeprefix("data: "))
     assert first == {"from": 0, "records": records}
     status, page = get(run_url + "/api/checkpoint_attention?name=last.npz&sentence=abc")
     assert status == 200 and len(page["map"]["heads"]) == 2
+    status, last_snapshot = get(run_url + f"/api/checkpoint_attention?name={snapshots[-1]}&sentence=abc")
+    assert status == 200 and last_snapshot["map"] == page["map"]  # step 300's weights are last.npz's
+    for name in ("snapshots/../run.json", "run.json", "snapshots/step_000150.npz"):
+        status, answer = get(run_url + f"/api/checkpoint_attention?name={name}&sentence=abc")
+        assert status == 400 and "one this run kept" in answer["error"]
 
 
 def test_curves_update_live_while_a_run_trains(tiny_run, tmp_path):
     from models.translate.explore import open_explorer
 
     run = tmp_path / "run"
-    run.mkdir()
-    for f in tiny_run.iterdir():
-        (run / f.name).write_bytes(f.read_bytes())
+    shutil.copytree(tiny_run, run)
     with serving(open_explorer(run)) as url, urllib.request.urlopen(url + "/api/events/metrics", timeout=30) as stream:
         first = json.loads(stream.readline().decode().removeprefix("data: "))
         stream.readline()  # the blank line that ends an event
@@ -286,9 +291,7 @@ def test_a_missing_or_damaged_run_is_one_line_and_exit_2(tmp_path, tiny_run):
     assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
     damaged = tmp_path / "damaged"
-    damaged.mkdir()
-    for f in tiny_run.iterdir():
-        (damaged / f.name).write_bytes(f.read_bytes())
+    shutil.copytree(tiny_run, damaged)
     (damaged / "vocab.json").write_text("{")
     done = run_cli("explore", str(damaged), timeout=60)
     assert done.returncode == 2 and "vocab.json" in done.stderr and done.stderr.count("\n") == 1
