@@ -54,7 +54,8 @@ def written_to_docs(name: str, markdown: bool = False):
     when = f"{datetime.date.today().isoformat()}, {machine()}"
     header = f"Measured {when}: `{command}`\n\n" if markdown else f"# {when}: {command}\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.{'md' if markdown else 'txt'}").write_text(header + printed.getvalue())
+    for_people = "".join(line for line in printed.getvalue().splitlines(True) if not line.startswith("{"))
+    (RESULTS / f"{name}.{'md' if markdown else 'txt'}").write_text(header + for_people)  # no JSON record
 
 
 def paste_into_pages() -> None:

@@ -108,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
         command.add_argument("--threads", type=positive, default=1,
                              help="BLAS threads (default 1: beside another busy process, more threads spin "
-                                  "against each other and a step gets many times slower; "
+                                  "against each other and a step gets slower; "
                                   "benchmarks/threads.py measures it)")
     return p
 
