@@ -79,6 +79,15 @@ def open_page(page, url: str) -> None:
     page.wait_for_selector("body[data-ready]", timeout=30000)
 
 
+def open_translate(page) -> None:
+    """The translate tab, once it is drawn: its form filled with the run's example sentence
+    (typing before that would be overwritten by the example, or submit an unwired form)."""
+    from playwright.sync_api import expect
+
+    page.click("#tab-translate")
+    expect(page.locator("#sentence")).not_to_have_value("", timeout=90_000)
+
+
 def test_graph_node_panel_and_backward_steps(page, shots):
     x, weights, target = inputs()
     with serving(explorer_for(loss_of, x, *weights, target)) as url:
@@ -130,7 +139,7 @@ def test_translate_and_training_views(page, run_url, tiny_run, shots):
     page.locator("#graph .node.module", has_text="decoder").first.click()  # a box opens into its parts
     page.wait_for_selector("#graph .node.module >> text=decoder.layers.0")
 
-    page.click("#tab-translate")
+    open_translate(page)
     page.fill("#sentence", "")
     page.click("#translate-form button")
     page.wait_for_selector("#translate-message:not([hidden])")
@@ -159,7 +168,7 @@ def test_two_tabs_at_once(browser, run_url):
         open_page(first, run_url)
         open_page(second, run_url)
         for tab in (first, second):
-            tab.click("#tab-translate")
+            open_translate(tab)
             tab.fill("#sentence", "abc")
             tab.click("#translate-form button")
         for tab in (first, second):

@@ -5,7 +5,7 @@ import { edgePath, el, fmt, heatmap, layout, panZoom, svg } from "./draw.js";
 
 export function showTranslate(root, info) {
   const input = root.querySelector("#sentence"), beam = root.querySelector("#beam");
-  input.value = info.example || "";
+  if (!input.value) input.value = info.example || "";  // what the user already typed stays
   beam.max = info.max_beam;
   beam.value = info.beam;
   root.querySelector("#translate-form").addEventListener("submit", async (e) => {
