@@ -63,10 +63,13 @@ function visible() {
   return { owner, items: [...items.values()], edges: [...edges.values()] };
 }
 
+// How a node is named everywhere on the page: "#k Op" (k: its place in backward's order), or a leaf's name.
+const nameOf = (n) => (n.kind === "op" ? `#${n.number} ${n.title}` : n.title);
+
 function label(item) {
   if (item.box) return [item.box.name, `${item.box.kind} · ${item.count} op${item.count === 1 ? "" : "s"}`];
   const n = item.node;
-  return [n.kind === "op" ? `#${n.number} ${n.title}` : n.title, `${shape(n.shape)} ${n.dtype}`];
+  return [nameOf(n), `${shape(n.shape)} ${n.dtype}`];
 }
 
 // -- drawing --------------------------------------------------------------------------------
@@ -149,11 +152,11 @@ export async function showNode(id) {
   const n = await api(`/api/node?id=${encodeURIComponent(id)}`);
   const panel = document.getElementById("panel");
   const link = (input) => el("a", { href: "#", class: "node-link", onclick: (e) => { e.preventDefault(); showNode(input); } },
-                             `${input} ${state.byId[input].title} ${shape(state.byId[input].shape)}`);
+                             `${nameOf(state.byId[input])} ${shape(state.byId[input].shape)}`);
   const scope = n.scope.map((c) => el("button", { class: "scope", title: "fold this module call into a box",
                                                   onclick: () => fold(c) }, state.calls[c].name));
   panel.replaceChildren(...present(
-    el("h2", {}, n.kind === "op" ? `#${n.number} ${n.title}` : `${n.title} (${n.kind === "leaf" ? "leaf, requires grad" : "constant"})`),
+    el("h2", {}, n.kind === "op" ? nameOf(n) : `${n.title} (${n.kind === "leaf" ? "leaf, requires grad" : "constant"})`),
     n.frames && n.frames.length ? section("created by", source(n.frames[0], "frame"),
                                           ...n.frames.slice(1).map((f) => source(f, "caller"))) : null,
     scope.length ? section("inside", ...scope) : null,
@@ -208,7 +211,7 @@ async function showStep(step) {
        "every node that uses this one's output has sent its share, so its gradient is complete"),
     section("gradient arriving", arrayView(arrays.grad)),
     section("sends", step.sends.length ? el("ul", { class: "sends" }, step.sends.map((s, i) => el("li", {},
-      el("b", {}, s.arrival > 1 ? "+= " : "→ "), `${s.to} ${state.byId[s.to].title}  `,
+      el("b", {}, s.arrival > 1 ? "+= " : "→ "), `${nameOf(state.byId[s.to])}  `,
       el("span", { class: "stats" }, statsLine(arrays.sends[i])),
       s.arrival > 1 ? el("div", { class: "note" }, `fan-out: gradient number ${s.arrival} to reach it, added to the ones before`) : null,
       s.summed_from ? el("div", { class: "note" }, `broadcast: summed back from ${shape(s.summed_from)} to ${shape(s.shape)}`) : null,
