@@ -72,6 +72,14 @@ def show_module(module: Any) -> None:
         observer.module(module)
 
 
+def show_stateful(obj: Any) -> None:
+    """An object whose state replayable calls change was made (an optimizer, a schedule). `tx.jit`
+    refuses those calls on one made inside the function it records: eager makes a fresh one at each
+    call, a replay would keep using the recording's."""
+    for observer in tuple(active):
+        observer.stateful(obj)
+
+
 def show_collective(name: str, seconds: float) -> None:
     """Data parallelism spent `seconds` communicating (`name`: "all_reduce")."""
     for observer in tuple(active):

@@ -27,8 +27,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import autograd
-from .observers import replayable
+from .observers import replayable, show_stateful
 from .backend import backend_of
 from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
 from .tensor import Tensor
@@ -53,7 +52,7 @@ class Optimizer:
         self.lr = lr  # read at every step, so a schedule may change it
         self.t = 0  # number of step() calls so far
         self.state: dict[int, dict[str, Any]] = {}  # params[i] -> its arrays, made at its first update
-        self.made_at = next(autograd.clock)  # tx.jit refuses one made inside a jitted function
+        show_stateful(self)
 
     @replayable
     def zero_grad(self) -> None:

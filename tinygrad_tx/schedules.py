@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from . import autograd
-from .observers import replayable
+from .observers import replayable, show_stateful
 
 
 class LRSchedule:
@@ -31,7 +30,7 @@ class LRSchedule:
     def __init__(self, optimizer: Any):
         self.optimizer = optimizer
         self.step_num = 1  # the optimizer step the current rate is for
-        self.made_at = next(autograd.clock)  # tx.jit refuses one made inside a jitted function
+        show_stateful(self)
         optimizer.lr = self.get_lr()
 
     def lr_at(self, step: int) -> float:

@@ -142,3 +142,21 @@ def test_a_plan_through_a_freed_graph_says_so_and_backward_refuses_it():
     assert plan.steps[0].freed and "freed by an earlier backward" in str(plan)
     with pytest.raises(RuntimeError, match="a second time"):
         loss.backward()
+
+
+def test_a_plan_through_a_changed_input_says_so_and_backward_refuses_it_before_any_gradient_moves():
+    x, w, b = leaves()
+    seen = []
+    w.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad))  # w would be delivered early
+    loss = loss_of(x, w, b)
+    x.data = x.data * 2  # replaced after the product, the square and the matmul used it
+    x.bump_version()
+    plan = tx.backward_plan(loss)
+    changed = {step.op: step.changed for step in plan.steps if step.changed}
+    assert changed == {"Mul": (0, 1), "MatMul": (0,)}  # the square (both inputs are x) and x @ w
+    assert "input 0, 1 modified after the op used it" in str(plan)
+    assert plan.to_dict()["steps"][2]["changed"] == [0, 1]
+    with pytest.raises(RuntimeError, match=r"an input of Mul \(shape \(2, 3\)\) was modified"):
+        loss.backward()
+    assert seen == [] and x.grad is None and w.grad is None and b.grad is None  # nothing delivered
+    assert not plan.steps[0].freed and not loss.grad_fn.released  # and nothing freed: fix, then retry

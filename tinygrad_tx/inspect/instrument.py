@@ -67,6 +67,9 @@ class Instrument:
     def call(self, function: Any, args: tuple, kwargs: dict, result: Any) -> None:
         """Called after a function marked `observers.replayable` (an optimizer step) ran."""
 
+    def stateful(self, obj: Any) -> None:
+        """Called when an object with state that replayable calls change (an optimizer) is made."""
+
     def module(self, module: Any) -> None:
         """Called when a module (`tx.nn.Module`) is called."""
 

@@ -11,7 +11,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import autograd
 from ..backend import backend_of
 from ..inspect.instrument import Instrument
 from ..nn import Module
@@ -124,7 +123,7 @@ class Recorder(Instrument):
         self.consumed: set[int] = set()  # ops walked by a backward inside the function
         self.call_of: dict[int, int] = {}  # id(result of a call) -> call number
         self.walking = 0
-        self.started = next(autograd.clock)  # objects stamped later were made inside the function
+        self.made_inside: set[int] = set()  # id of each optimizer or schedule made while recording
         self.made_here: set[int] = set()  # id(tensor) of every tensor made while recording
         self.captured_of: dict[int, int] = {}  # id(tensor from outside) -> its slot
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
@@ -330,7 +329,7 @@ class Recorder(Instrument):
         if function is Module.train.__wrapped__:  # the mode of these is the function's doing from here
             self.mode_set.update(id(m) for m in args[0].modules())
         where = function.__qualname__
-        if args and getattr(args[0], "made_at", 0) > self.started:
+        if args and id(args[0]) in self.made_inside:
             raise JitError(f"jit: {where} on an object made inside the function (an optimizer?): eager makes a "
                            "new one at each call, with fresh state, a replay would keep using the recording's. "
                            "Make it outside the function")
@@ -339,6 +338,11 @@ class Recorder(Instrument):
         self.call_of[id(result)] = self.tape.calls
         self.alive.append(result)
         self.tape.calls += 1
+
+    @_this_thread
+    def stateful(self, obj) -> None:
+        self.made_inside.add(id(obj))
+        self.alive.append(obj)
 
     @_this_thread
     def module(self, module: Module) -> None:

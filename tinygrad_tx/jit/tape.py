@@ -219,6 +219,6 @@ class Replayed(OnceDifferentiable, register=False):
         return self.values[tape.differentiable[0]]
 
     def backward(self, g, *leaf_arrays):
-        self.tape.differentiable[1].check_not_freed()  # freed by a backward inside, as eager would say
+        self.tape.differentiable[1].check_runnable()  # freed by a backward inside, as eager would say
         return self.tape.backward_to_leaves(g, self.values, self.fns)
 
