@@ -28,7 +28,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import tinygrad_tx as tx
 from tinygrad_tx.serialization import LoadError, write_atomically
@@ -37,9 +37,6 @@ from .corpus import Sources, group_references, read_tsv
 from .data import Pair, Vocab
 from .tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
-
-if TYPE_CHECKING:
-    from .preparation import Prepared  # which imports this module
 
 RUN_FORMAT = "tinygrad_tx.run"
 """Written into run.json: what marks a directory as a run directory `train` may write into again."""
@@ -144,13 +141,16 @@ def claim(directory: Path) -> IO:
     return lock
 
 
-def create_run(directory: Path, settings: dict, data: Prepared) -> None:
-    """Write a new run's files: what was trained on and how, before the first checkpoint."""
-    entry, models = tokenizer_files(data.tokenizers)
-    vocab = {"src": data.src_vocab.to_dict(), "tgt": data.tgt_vocab.to_dict()}
-    write_run_files(directory, {"tokenizers": entry, "corpus": {"fingerprint": data.fingerprint}, "settings": settings},
-                    {"vocab.json": json.dumps(vocab, indent=2) + "\n", "valid.tsv": pairs_text(data.valid_pairs),
-                     "test.tsv": pairs_text(data.test_pairs)})
+def create_run(directory: Path, settings: dict, tokenizers: tuple[Tokenizer, Tokenizer], vocabs: tuple[Vocab, Vocab],
+               corpus_fingerprint: str, held_out: dict[str, list[Pair]]) -> None:
+    """Write a new run's files, before the first checkpoint: how it trains (`settings`), its
+    tokenizers and vocabularies, the fingerprint of its corpus and its held-out pairs by split
+    ("valid", "test")."""
+    entry, models = tokenizer_files(tokenizers)
+    vocab = {"src": vocabs[0].to_dict(), "tgt": vocabs[1].to_dict()}
+    write_run_files(directory, {"tokenizers": entry, "corpus": {"fingerprint": corpus_fingerprint}, "settings": settings},
+                    {"vocab.json": json.dumps(vocab, indent=2) + "\n",
+                     **{f"{split}.tsv": pairs_text(pairs) for split, pairs in held_out.items()}})
     for name, model in models.items():
         write_atomically(directory / name, lambda f, model=model: f.write(model))
     write_text(directory / "metrics.jsonl", "")

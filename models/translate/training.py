@@ -90,7 +90,9 @@ class Trainer:
         if self.s.resume:
             self.restore()
         elif self.main:
-            create_run(self.dir, self.s.saved(), self.data)
+            d = self.data
+            create_run(self.dir, self.s.saved(), d.tokenizers, (d.src_vocab, d.tgt_vocab), d.fingerprint,
+                       {"valid": d.valid_pairs, "test": d.test_pairs})
 
     def _claim(self) -> RunError | None:
         """Rank 0 takes the run directory; what stops it, if anything, for every rank to see."""

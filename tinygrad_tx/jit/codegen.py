@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from ..autograd import LeafSink, no_grad, sum_to
 from ..tensor import Tensor
+from .program import Live
 
 
 _BUILDS = itertools.count()  # numbers each compiled function's file name
@@ -154,8 +155,6 @@ def _call(w: _Writer, step, keep: bool) -> None:
 def _argument(w: _Writer, value: Any) -> str:
     """The expression for one argument of a call: a `Live` tensor, a container holding one, a
     literal, or a constant of the record by name."""
-    from .tape import Live  # tape.py imports this module
-
     if type(value) is Live:
         if value.kind == "arg":
             return f"tensors[{value.ref}]"

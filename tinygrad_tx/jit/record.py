@@ -19,7 +19,8 @@ from ..ops.select import Getitem, is_bool_array
 from ..plan import BackwardPlan, PlanStep, backward_plan
 from ..tensor import Tensor
 from . import watch
-from .tape import Backward, Call, Live, Op, Tape
+from .program import Backward, Call, Live, Op
+from .tape import Tape
 
 
 class JitError(RuntimeError):

@@ -2,7 +2,7 @@
 
 A tape is a straight-line program over numbered slots: runs of `Op`s (forwards),
 `Backward`s (the engine's plan of each walk, numbered for the record) and `Call`s
-(optimizer steps and other state changes), in the order they happened. `record.py` writes it;
+(optimizer steps and other state changes), in the order they happened (`program.py`). `record.py` writes it;
 `Tape.run` plays it back (as Python written for it by `codegen.py`), and `Replayed` wraps a whole replay as one node when its
 result is differentiated outside the function.
 """
@@ -16,48 +16,7 @@ from ..inspect.instrument import describe
 from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
 from .codegen import write_replay, write_walk
-
-
-class Op:
-    """One op of the record: `values[out] = cls().forward(*values[ins], **params)`."""
-
-    __slots__ = ("index", "cls", "backend", "ins", "params", "dynamic", "out", "needs_grad", "frees", "recorded")
-
-    def __init__(self, index, cls, backend, ins, params, dynamic, out, needs_grad):
-        self.index, self.cls, self.backend = index, cls, backend
-        self.ins, self.params, self.dynamic, self.out = ins, params, dynamic, out
-        self.needs_grad = needs_grad  # for ops recorded for backward, else None
-        self.recorded = needs_grad is not None
-        self.frees: tuple = ()  # slots whose last use is this op's forward
-
-
-class Backward:
-    """A backward inside the function: the engine's `BackwardPlan` of that walk, its nodes op numbers
-    and its leaves leaf numbers of the record, run from `seed` (a slot, or a constant array)."""
-
-    def __init__(self, plan, seed, backend):
-        self.plan, self.seed, self.backend = plan, seed, backend
-        self.frees: dict[int, tuple] = {}  # plan step -> slots whose last use is that step's backward
-
-
-class Call:
-    """A state change outside the graph, made again at each replay (`optimizer.step()`,
-    `dist.all_reduce(loss)`); an argument that is one of this call's tensors is a `Live`."""
-
-    def __init__(self, index, function, args, kwargs):
-        self.index, self.function, self.args, self.kwargs = index, function, args, kwargs
-        self.frees: tuple = ()  # slots whose last use is this call
-
-
-class Live:
-    """A call's argument that a replay takes from its own call, not from the recording: an
-    argument of the function ("arg", number), the `.grad` of one or of a captured tensor
-    ("grad", (kind, owner)), or an op's result ("slot", k), given as a Tensor on `backend`."""
-
-    __slots__ = ("kind", "ref", "backend")
-
-    def __init__(self, kind, ref, backend=None):
-        self.kind, self.ref, self.backend = kind, ref, backend
+from .program import Backward, Op
 
 
 class Tape:

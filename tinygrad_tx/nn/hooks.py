@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..tensor import Tensor
-
-if TYPE_CHECKING:
-    from .module import Module
 
 _keys = itertools.count()
 
@@ -84,8 +81,9 @@ def register_module_forward_hook(hook: Callable) -> RemovableHandle:
     return GLOBAL_HOOKS.add("forward", (hook, False))
 
 
-def call_with_hooks(module: "Module", args: tuple, kwargs: dict) -> Any:
-    """`module.forward(*args, **kwargs)` with the global hooks and the module's own around it."""
+def call_with_hooks(module: Any, args: tuple, kwargs: dict) -> Any:
+    """`module.forward(*args, **kwargs)` with the global hooks and the module's own around it.
+    (`module` is a `Module`; module.py imports this file, so the class is not imported back.)"""
     own = module._hooks or _NO_HOOKS
     for hook, with_kwargs in (*GLOBAL_HOOKS.forward_pre.values(), *own.forward_pre.values()):
         if with_kwargs:
@@ -114,7 +112,7 @@ def _tensors(output: Any) -> list[Tensor]:
     return [t for t in items if isinstance(t, Tensor)]
 
 
-def _backward_pre(module: "Module", hooks: tuple, grad: Tensor) -> Tensor:
+def _backward_pre(module: Any, hooks: tuple, grad: Tensor) -> Tensor:
     """The tensor hook that runs a module's backward pre-hooks on its output's gradient."""
     for hook in hooks:
         result = hook(module, (grad,))

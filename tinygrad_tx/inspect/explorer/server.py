@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 from .step import BadRequest
 
 ASSETS = {"/": "index.html", **{"/" + name: name for name in (  # request path -> file under static/
-    "favicon.svg", "explore.css", "explore.js", "draw.js", "graph.js", "translate.js", "training.js", "compiled.js",
+    "favicon.svg", "explore.css", "explore.js", "api.js", "draw.js", "graph.js", "translate.js", "training.js", "compiled.js",
     "vendor/dagre.min.js", "vendor/LICENSE-dagre.txt", "vendor/dagre.min.js.LEGAL.txt")}}
 TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
          ".js": "text/javascript; charset=utf-8", ".txt": "text/plain; charset=utf-8"}

@@ -1,7 +1,7 @@
 // The compiled-step view: the Python `tx.jit` made of this step (forward and backward), each
 // op's line linked to its graph node, and the profiler's time per op, linked to its nodes.
 import { el, fmt } from "./draw.js";
-import { api, showView } from "./explore.js";
+import { api, showView } from "./api.js";
 import { reveal } from "./graph.js";
 
 export async function showCompiled(root) {

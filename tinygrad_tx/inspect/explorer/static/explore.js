@@ -1,13 +1,6 @@
 // The page's shell: asks the server which views this explorer has, draws the tabs, and
-// starts each view the first time it is shown. `api` is how every view talks to the server.
-export async function api(path, body) {
-  const options = body === undefined ? {} :
-    { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
-  const response = await fetch(path, options);
-  const answer = await response.json();
-  if (!response.ok) throw new Error(answer.error || response.statusText);
-  return answer;
-}
+// starts each view the first time it is shown.
+import { api, onShowView } from "./api.js";
 
 const VIEWS = {
   graph: ["graph and backward", async (root) => (await import("./graph.js")).showGraph(root)],
@@ -15,18 +8,13 @@ const VIEWS = {
   training: ["training", async (root, info) => (await import("./training.js")).showTraining(root, info)],
   compiled: ["compiled step and profile", async (root) => (await import("./compiled.js")).showCompiled(root)],
 };
-let show = null;  // set by main: shows one view, starting it the first time
-
-export function showView(name) {
-  return show(name);
-}
 
 async function main() {
   const info = await api("/api/info");
   document.getElementById("title").textContent = info.title;
   document.title = `${info.title} · explorer`;
   const started = {};
-  show = async (name) => {
+  const show = async (name) => {
     for (const other of info.views) {
       document.getElementById(`view-${other}`).hidden = other !== name;
       document.getElementById(`tab-${other}`).classList.toggle("active", other === name);
@@ -39,6 +27,7 @@ async function main() {
       status.textContent = "";
     }
   };
+  onShowView(show);
   const tabs = document.getElementById("tabs");
   for (const name of info.views) {
     tabs.append(Object.assign(document.createElement("button"),

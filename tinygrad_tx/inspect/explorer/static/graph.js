@@ -1,7 +1,7 @@
 // The graph view: the step's graph (module calls folded into boxes), a node's panel, and
 // backward step by step. Orders and values come from the server (/api/graph, /api/node,
 // /api/walk, /api/walk_step); this file decides only what is folded and where things go.
-import { api } from "./explore.js";
+import { api } from "./api.js";
 import { edgePath, el, fmt, heatmap, layout, panZoom, shape, statsLine, svg } from "./draw.js";
 
 const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), walk: null, seeded: "1", at: 0,

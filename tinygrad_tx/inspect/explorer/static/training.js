@@ -1,6 +1,6 @@
 // The training view: the run's curves from metrics.jsonl, redrawn whenever the trainer appends
 // to it (server-sent events), and one sentence's cross-attention at each kept checkpoint.
-import { api } from "./explore.js";
+import { api } from "./api.js";
 import { el, fmt, heatmap, svg } from "./draw.js";
 
 const CURVES = [  // [title, [[metric, label], ...], log scale]

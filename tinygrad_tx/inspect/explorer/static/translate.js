@@ -1,6 +1,6 @@
 // The translate view: a sentence's pieces, the beam search as a tree, and every attention map.
 // The server translates (the CLI's own `translate`) and records the search; this file draws.
-import { api } from "./explore.js";
+import { api } from "./api.js";
 import { edgePath, el, fmt, heatmap, layout, panZoom, svg } from "./draw.js";
 
 export function showTranslate(root, info) {
