@@ -131,7 +131,8 @@ a record holds no activations between calls).
 
 Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
 record while the function runs eagerly (`watch.py`: what it sees of `.data` and `.grad`);
-`tape.py` is the record itself and its replay;
+`program.py` holds its instructions (ops, backward walks, calls); `tape.py` is the record
+itself and its replay; `liveness.py` finds where a replay can give each array back;
 `codegen.py` writes a record as the Python function a replay runs.
 """
 from __future__ import annotations

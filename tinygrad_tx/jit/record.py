@@ -20,6 +20,7 @@ from ..plan import BackwardPlan, PlanStep, backward_plan
 from ..tensor import Tensor
 from . import watch
 from .program import Backward, Call, Live, Op
+from .liveness import plan_frees
 from .tape import Tape
 
 
@@ -396,7 +397,7 @@ class Recorder(Instrument):
         tape.guard = (tuple(tensors), [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors])
         tape.modules = [m for m, _ in self.modules.values()]
         tape.modes = [mode for _, mode in self.modules.values()]
-        self._plan_frees()
+        plan_frees(tape)
         return tape
 
     def _output(self, value: Any) -> tuple:
@@ -432,78 +433,6 @@ class Recorder(Instrument):
         raise JitError(f"jit: the function returned a {type(value).__name__}; return Tensors, numbers "
                        "or what optimizer calls returned")
 
-    def _plan_frees(self) -> None:
-        """Give each slot back at its last use, as the eager graph lets go of an array once the
-        last node holding it is released: forward reads, backward reads, then never."""
-        tape, last = self.tape, {}
-        keep = set()  # what the result or a later walk outside the function still needs
-        for spec in _slots_in(tape.output):
-            keep.add(spec)
-        if tape.differentiable is not None:
-            slot, plan = tape.differentiable
-            keep.add(slot)
-            keep.update(i for step in plan.steps for i in tape.ops[step.node].ins)
-        for step in tape.program:
-            if type(step) is list:
-                for op in step:
-                    for slot in (*op.ins, *_dynamic_slots(op)):
-                        last[slot] = op
-            elif type(step) is Call:
-                for slot in _live_slots((step.args, tuple(step.kwargs.values()))):
-                    last[slot] = step
-            elif type(step) is Backward:
-                if step.seed[0] == "slot":
-                    last[step.seed[1]] = None  # kept: no later reader frees it
-                for i, plan_step in enumerate(step.plan.steps):
-                    for slot in tape.ops[plan_step.node].ins:
-                        last[slot] = (step, i)
-        owners: dict[Any, list] = {}
-        captured = {slot for slot, _ in tape.captured} | {slot for slot, _ in tape.args}
-        for slot, user in last.items():
-            if user is not None and slot not in keep and slot not in captured:
-                owners.setdefault(user, []).append(slot)
-        for user, slots in owners.items():
-            if type(user) is tuple:  # (a backward, its step): freed after that step
-                user[0].frees[user[1]] = tuple(slots)
-            else:
-                user.frees = tuple(slots)
-
-
-def _dynamic_slots(op: Op) -> list[int]:
-    out = []
-
-    def walk(binding):
-        kind, ref = binding
-        if kind == "slot":
-            out.append(ref)
-        elif kind == "tuple":
-            for b in ref:
-                walk(b)
-
-    for _, binding in op.dynamic or ():
-        walk(binding)
-    return out
-
 
 def _values(t: Tensor, array: Any) -> bytes:
     return t.backend.to_host(array).tobytes()
-
-
-def _live_slots(value: Any) -> list[int]:
-    """The slots a call's arguments pass (`Live` op results, inside tuples and lists too)."""
-    if type(value) is Live:
-        return [value.ref] if value.kind == "slot" else []
-    if type(value) in (list, tuple):
-        return [s for v in value for s in _live_slots(v)]
-    return []
-
-
-def _slots_in(spec: tuple) -> list[int]:
-    kind = spec[0]
-    if kind in ("tensor", "replayed"):
-        return [spec[1]]
-    if kind in ("tuple", "list"):
-        return [s for v in spec[1] for s in _slots_in(v)]
-    if kind == "dict":
-        return [s for _, v in spec[1] for s in _slots_in(v)]
-    return []
