@@ -76,20 +76,20 @@ class BackwardPlan:
 
     def __init__(self, nodes: list, shapes: list, routes: list, leaves: list, retain_graph: bool,
                  delivers: dict[int, tuple] | None = None, freed: list[int] | None = None,
-                 changed: list[tuple[int, int]] | None = None, names: list[str] | None = None):
+                 changed: list[tuple[int, int, tuple]] | None = None, names: list[str] | None = None):
         self.nodes, self.shapes, self.routes = nodes, shapes, routes
         self.leaves = leaves  # the leaf Tensors (in a `tx.jit` record: leaf numbers), by first route
         self.retain_graph = retain_graph
         self.delivers = delivers or {}  # step -> leaves delivered right after it
         self.freed = freed or []  # steps whose node an earlier backward released
-        self.changed = changed or []  # (step, input) pairs modified after the op used them
+        self.changed = changed or []  # (step, input, its shape) for inputs modified after the op used them
         self.names = names  # the op of each step, where the nodes are not Functions (numbered)
 
     @cached_property
     def steps(self) -> list[PlanStep]:
         freed, names = set(self.freed), self.names or [node.name for node in self.nodes]
         changed: dict[int, tuple] = {}
-        for i, k in self.changed:
+        for i, k, _ in self.changed:
             changed[i] = changed.get(i, ()) + (k,)
         reached = set()  # (leaf, to) of the routes so far: a later route there accumulates
         steps = []
@@ -110,9 +110,9 @@ class BackwardPlan:
                 f"backward through {self.steps[self.freed[0]].op} a second time: its saved values were freed "
                 "after the first backward; pass retain_graph=True to the first call")
         if self.changed:
-            i, k = self.changed[0]
+            i, k, shape = self.changed[0]
             raise RuntimeError(
-                f"an input of {self.steps[i].op} (shape {self.nodes[i].inputs[k].shape}) was modified after the "
+                f"an input of {self.steps[i].op} (shape {shape}) was modified after the "
                 "op used it; its gradient would be wrong. Change tensors only after backward, or work on a copy")
 
     def renumbered(self, node: Callable[[PlanStep], Any], leaf: Callable[[Any], Any]) -> "BackwardPlan":
@@ -221,7 +221,7 @@ def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
             k += 1
             array = arrays[k]  # the input as forward saw it
             if t.data is not array or t._version > fn.seq:
-                changed.append((i, k))
+                changed.append((i, k, array.shape))
             if not t.requires_grad:
                 continue
             producer = t.grad_fn

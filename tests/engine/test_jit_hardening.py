@@ -173,6 +173,28 @@ def test_an_optimizer_made_inside_is_refused():
         tx.jit(step)(vec(1.0, 1.0))
 
 
+def test_a_result_whose_inputs_the_step_then_changed_refuses_backward_at_every_replay_as_eager():
+    # the step returns a loss with its graph, then updates w in place: eager's loss.backward()
+    # refuses (w changed after Mul used it); replays after the first ran it on the recording's
+    # values and gave w.grad = x, silently
+    w = tx.Tensor(np.ones(3, np.float32), requires_grad=True)
+    opt = tx.optim.SGD([w], lr=0.1)
+
+    def step(x):
+        loss = (w * x).sum()
+        opt.step()
+        return loss
+
+    jitted = tx.jit(step)
+    for call in range(4):
+        for f in (step, jitted):
+            w.grad = vec(1.0, 1.0, 1.0)
+            loss = f(vec(0.0, 1.0, 2.0))
+            with pytest.raises(RuntimeError, match=r"an input of Mul \(shape \(3,\)\) was modified"):
+                loss.backward()
+    assert jitted.replays == 3 and w.grad.numpy().tolist() == [1.0, 1.0, 1.0]
+
+
 def test_an_optimizer_attribute_written_inside_is_refused_and_a_schedule_is_replayed():
     # `opt.lr *= 0.5` in the step ran only while recording: the replays kept the second lr
     w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)

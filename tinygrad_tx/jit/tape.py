@@ -178,6 +178,8 @@ class Replayed(OnceDifferentiable, register=False):
         return self.values[tape.differentiable[0]]
 
     def backward(self, g, *leaf_arrays):
-        self.tape.differentiable[1].check_runnable()  # freed by a backward inside, as eager would say
+        # freed by a backward inside, or an input changed after its op used it (an optimizer step
+        # inside the function): refused, as eager refuses it, not replayed with the old values
+        self.tape.differentiable[1].check_runnable()
         return self.tape.backward_to_leaves(g, self.values, self.fns)
 
