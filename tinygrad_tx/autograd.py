@@ -36,7 +36,7 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    arrays and Tensors: the operators `+ - * / ** @`, unary `-`, comparisons,
    indexing `g[i]`; methods `.sum(axis=, keepdims=)`, `.reshape`, `.transpose`,
    `.swapaxes`, `.astype`, `.shape`/`.ndim`/`.dtype`; and from `self.xp` only
-   the functions `TensorMath` provides (`exp log sqrt tanh sign where
+   the functions `TensorMath` (tensor.py) provides (`exp log sqrt tanh sign where
    broadcast_to ones_like`). Under `backward(create_graph=True)` the engine calls the same
    backward with Tensors and `self.xp = TENSOR_MATH`, so every step of the
    gradient is itself recorded. If backward needs more (in-place updates,
@@ -65,11 +65,11 @@ walk itself is decided first, as data (`tinygrad_tx/plan.py`, `tx.backward_plan`
 the nodes in topological order, where each gradient goes, where fan-out adds and
 broadcasting is undone, when each node is released and each leaf delivered.
 `run_plan` below then runs it, checking every gradient's count, shape and dtype
-and refusing inputs changed since forward.
+(the plan has already refused inputs changed since forward).
 
 `tensor.py` and this module need each other (an op makes a Tensor; a Tensor's
 methods apply ops), and `ops/` needs both: this module is imported first, and
-binds `Tensor` at its end, once `tensor.py` (which imports `ops` at its own
+binds `Tensor` (and `TENSOR_MATH`) at its end, once `tensor.py` (which imports `ops` at its own
 end) has been defined. That is the one import cycle of the engine.
 """
 from __future__ import annotations
@@ -222,27 +222,6 @@ class OnceDifferentiable(Function, register=False):
     """Base of fused ops whose backward works on raw arrays (fast, but no second derivative)."""
 
     differentiable_twice = False
-
-
-class TensorMath:
-    """The array-module functions backward formulas use, on Tensors (`self.xp` under create_graph)."""
-
-    exp = staticmethod(lambda x: x.exp())
-    log = staticmethod(lambda x: x.log())
-    sqrt = staticmethod(lambda x: x.sqrt())
-    tanh = staticmethod(lambda x: x.tanh())
-    broadcast_to = staticmethod(lambda x, shape: x.expand(shape))
-    sign = staticmethod(lambda x: Tensor._from_op(x.backend.xp.sign(x.data), x.backend))  # a constant
-    ones_like = staticmethod(lambda x: Tensor._from_op(x.backend.xp.ones_like(x.data), x.backend))  # a constant
-
-    @staticmethod
-    def where(cond, a, b):
-        from .ops import where
-
-        return where(cond, a, b)
-
-
-TENSOR_MATH = TensorMath()
 
 
 # -- running the plan ----------------------------------------------------------------
@@ -489,4 +468,4 @@ def grad(output: "Tensor", inputs: Sequence["Tensor"], grad_output: "Tensor | No
     return output._backward(grad_output, retain_graph or create_graph, create_graph, inputs)
 
 
-from .tensor import Tensor  # noqa: E402  (Tensor uses this module; import after it is defined)
+from .tensor import TENSOR_MATH, Tensor  # noqa: E402  (tensor.py uses this module; import after it is defined)

@@ -388,4 +388,20 @@ def _host_array(data: Any, dtype: Any) -> np.ndarray:
     return array if array.dtype == np.bool_ else array.astype(DEFAULT_DTYPE)
 
 
+class TensorMath:
+    """The array-module functions backward formulas use, on Tensors: an op's `self.xp` while
+    `backward(create_graph=True)` runs its formulas on Tensors (see autograd's "How to add an op")."""
+
+    exp = staticmethod(lambda x: x.exp())
+    log = staticmethod(lambda x: x.log())
+    sqrt = staticmethod(lambda x: x.sqrt())
+    tanh = staticmethod(lambda x: x.tanh())
+    broadcast_to = staticmethod(lambda x, shape: x.expand(shape))
+    sign = staticmethod(lambda x: Tensor._from_op(x.backend.xp.sign(x.data), x.backend))  # a constant
+    ones_like = staticmethod(lambda x: Tensor._from_op(x.backend.xp.ones_like(x.data), x.backend))  # a constant
+    where = staticmethod(lambda cond, a, b: ops.where(cond, a, b))
+
+
+TENSOR_MATH = TensorMath()
+
 from . import ops  # noqa: E402  (ops import Tensor, so they load after it)
