@@ -88,9 +88,7 @@ class BackwardPlan:
     @cached_property
     def steps(self) -> list[PlanStep]:
         freed, names = set(self.freed), self.names or [node.name for node in self.nodes]
-        changed: dict[int, tuple] = {}
-        for i, k, _ in self.changed:
-            changed[i] = changed.get(i, ()) + (k,)
+        changed = _by_step((i, k) for i, k, _ in self.changed)
         reached = set()  # (leaf, to) of the routes so far: a later route there accumulates
         steps = []
         for i, (node, name, shape, routes) in enumerate(zip(self.nodes, names, self.shapes, self.routes)):
@@ -168,6 +166,14 @@ class BackwardPlan:
     __str__ = format
 
 
+def _by_step(pairs) -> dict[int, tuple]:
+    """(step, item) pairs as step -> its items, in the order given."""
+    grouped: dict[int, tuple] = {}
+    for i, item in pairs:
+        grouped[i] = grouped.get(i, ()) + (item,)
+    return grouped
+
+
 def _leaf_name(t: Any) -> str:
     return getattr(t, "name", None) or f"{tuple(t.shape)}"
 
@@ -238,7 +244,5 @@ def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
                     last_use[to] = i
             sends.append((k, to, leaf, array.shape if broadcasts and array.shape != shape else None))
         routes.append(sends)
-    delivers: dict[int, tuple] = {}
-    for leaf, i in last_use.items():
-        delivers[i] = delivers.get(i, ()) + (leaf,)
+    delivers = _by_step((i, leaf) for leaf, i in last_use.items())
     return BackwardPlan(nodes, shapes, routes, leaves, retain_graph, delivers, freed, changed)

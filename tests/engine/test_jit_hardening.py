@@ -186,7 +186,7 @@ def test_a_result_whose_inputs_the_step_then_changed_refuses_backward_at_every_r
         return loss
 
     jitted = tx.jit(step)
-    for call in range(4):
+    for _ in range(4):
         for f in (step, jitted):
             w.grad = vec(1.0, 1.0, 1.0)
             loss = f(vec(0.0, 1.0, 2.0))

@@ -17,9 +17,7 @@ def plan_frees(tape: Tape) -> None:
     """Write into each op, call and backward step of `tape` the slots whose last reader it is
     (`frees`); slots the result, or a later walk outside the function, still needs are kept."""
     last: dict[int, Any] = {}  # slot -> its last reader
-    keep = set()  # what the result or a later walk outside the function still needs
-    for spec in _slots_in(tape.output):
-        keep.add(spec)
+    keep = set(_slots_in(tape.output))  # what the result or a later walk outside the function still needs
     if tape.differentiable is not None:
         slot, plan = tape.differentiable
         keep.add(slot)
