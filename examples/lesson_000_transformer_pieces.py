@@ -22,8 +22,8 @@ from models import (EncoderLayer, DecoderLayer, LearnedPositionalEmbedding, Tran
                     sinusoidal_table)
 from models.config import LayerConfig
 from models.masks import padding_mask
-from models.translate.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, Vocab
-from models.translate.tokenization import Tokenizer
+from models.text.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, Vocab
+from models.text.tokenization import Tokenizer
 from tinygrad_tx import Tensor
 
 args = options("Seed 000's small transformer, piece by piece, checked against PyTorch.", "lesson_000_out")

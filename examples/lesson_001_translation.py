@@ -24,10 +24,10 @@ from lesson_kit import ROOT, Checks, heatmaps, options, pyplot
 
 import tinygrad_tx as tx
 from models import sinusoidal_table
-from models.translate import grammar
-from models.translate.data import BOS_ID, EOS_ID
+from models.text import grammar
+from models.text.data import BOS_ID, EOS_ID
 from models.translate.run import open_run
-from models.translate.tokenization import Tokenizer
+from models.text.tokenization import Tokenizer
 from tinygrad_tx.inspect import attention_maps
 
 args = options("Seed 001's translation transformer: trained by the CLI, opened step by step.", "lesson_001_out")

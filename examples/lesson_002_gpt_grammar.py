@@ -4,7 +4,7 @@
 # Seed 002 explains self-attention, `y_i = sum_j softmax_j(q_i . k_j / sqrt(d_k)) v_j`, then its
 # batched form `softmax(QK^T / sqrt(d_k)) V`, several heads joined by `W^O`, and a decoder-only model
 # whose blocks only look back. Here that model (`models.GPT`) learns the English side of the toy
-# grammar (`models/translate/grammar.py`). The grammar's choices are known, so each sentence's true
+# grammar (`models/text/grammar.py`). The grammar's choices are known, so each sentence's true
 # probability is known, and so is the best loss any model can reach: the entropy per token. We train
 # until the held-out loss nearly touches that floor, then let the model write sentences and ask the
 # grammar whether it would have written them.
@@ -22,9 +22,9 @@ from lesson_kit import Checks, heatmaps, options, pyplot, update
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import GPT
-from models.translate import grammar
-from models.translate.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, Vocab
-from models.translate.grammar_lm import GrammarLM
+from models.text import grammar
+from models.text.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, Vocab
+from models.text.grammar_lm import GrammarLM
 from tinygrad_tx import Tensor, optim
 from tinygrad_tx.inspect import attention_maps
 

@@ -23,9 +23,9 @@ import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import EncoderClassifier
 from models.masks import padding_mask
-from models.translate import grammar
-from models.translate.data import PAD_ID, Vocab, pad
-from models.translate.grammar_lm import GrammarLM
+from models.text import grammar
+from models.text.data import PAD_ID, Vocab, pad
+from models.text.grammar_lm import GrammarLM
 from tinygrad_tx import Tensor, optim
 from tinygrad_tx.inspect import attention_maps
 

@@ -27,14 +27,14 @@ import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 
 from .corpus import Sources, describe, group_references, normalise, read_corpus
-from .data import EOS, DataError
+from ..text.data import EOS, DataError
 from .evaluation import BEAM, InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import check_picture_path, plot_attention
 from .ranks import EveryRankError, together
 from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
-from .tokenization import KINDS
+from ..text.tokenization import KINDS
 from .training import Trainer
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import DataError, Pair
+from ..text.data import DataError, Pair
 
 Sources = list[tuple[str, list[str]]]  # (source, every distinct reference), in corpus order
 
@@ -161,7 +161,7 @@ def percentiles(values: list[int], qs=(50, 90, 99, 100)) -> str:
 
 def describe(corpus: Corpus, tokenizer_kind: str, vocab_size: int, long_tokens: int = 60) -> list[str]:
     """What a user checks before training: sizes, references per source, lengths, tokens, oddities."""
-    from .tokenization import Tokenizer  # the tokenizer trains on the whole file here: a preview
+    from ..text.tokenization import Tokenizer  # the tokenizer trains on the whole file here: a preview
 
     pairs = corpus.pairs
     sources = group_references(pairs)

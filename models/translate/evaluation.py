@@ -15,8 +15,8 @@ import tinygrad_tx as tx
 from tinygrad_tx.inspect import attention_maps
 
 from .corpus import normalise
-from .data import BOS_ID, EOS_ID, PAD_ID, Vocab, pad
-from .tokenization import Tokenizer
+from ..text.data import BOS_ID, EOS_ID, PAD_ID, Vocab, pad
+from ..text.tokenization import Tokenizer
 from ..beam_tree import BeamTree
 from ..decoding import beam_search, greedy_decode
 from ..transformer import Transformer

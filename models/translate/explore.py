@@ -24,7 +24,7 @@ from tinygrad_tx.inspect.explorer import BadRequest, Explorer, StepRecord, step_
 from tinygrad_tx.inspect.explorer.arrays import number
 
 from .corpus import normalise
-from .data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
+from ..text.data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
 from .evaluation import BEAM, InputTooLong, encode_sources, translate
 from .run import SNAPSHOTS, Run, load_model, open_run, read_metrics
 from ..beam_tree import BeamTree

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .corpus import Sources, group_references, read_corpus, split_by_source
-from .data import Batcher, Pair, Vocab, encode_pairs
+from ..text.data import Batcher, Pair, Vocab, encode_pairs
 from .run import RunError, fingerprint, read_held_out, read_run_json, read_tokenizers, read_vocabs
 from .settings import TrainSettings
 from .tasks import get_task
-from .tokenization import Tokenizer
+from ..text.tokenization import Tokenizer
 
 JIT_SHAPES = 32  # records the jitted step keeps (least recently used evicted)
 

@@ -34,8 +34,8 @@ import tinygrad_tx as tx
 from tinygrad_tx.serialization import LoadError, write_atomically
 
 from .corpus import Sources, group_references, read_tsv
-from .data import Pair, Vocab
-from .tokenization import KINDS, Tokenizer
+from ..text.data import Pair, Vocab
+from ..text.tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
 
 RUN_FORMAT = "tinygrad_tx.run"

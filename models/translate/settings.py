@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 from .corpus import read_corpus
 from .run import RunError, read_run_json
 from .tasks import TASKS, get_task
-from .tokenization import KINDS
+from ..text.tokenization import KINDS
 
 
 class Rule(NamedTuple):

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import grammar
-from .data import Pair
+from ..text import grammar
+from ..text.data import Pair
 
 Sampler = Callable[[random.Random], Pair]
 

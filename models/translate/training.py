@@ -34,7 +34,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import optim
 
 from .averaging import Average, snapshot_steps
-from .data import PAD_ID
+from ..text.data import PAD_ID
 from .evaluation import score, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tinygrad_tx as tx
-from models.translate.data import BOS_ID
+from models.text.data import BOS_ID
 from models.translate.evaluation import encode_sources
 from models.translate.run import open_run
 from tinygrad_tx import Tensor

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from models.translate import grammar
+from models.text import grammar
 from models.translate.corpus import group_references, normalise, read_tsv
 from models.translate.run import open_run
 

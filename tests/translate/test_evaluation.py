@@ -4,7 +4,7 @@ import pytest
 import sacrebleu
 
 from models.translate.evaluation import by_length, score
-from models.translate.tokenization import Tokenizer
+from models.text.tokenization import Tokenizer
 
 HYPOTHESES = ["C'est vraiment grand.", "Il court vite.", "Je suis là."]
 REFERENCES = [["C'est vraiment balaise.", "C'est vraiment grand."], ["Il court."], ["Me voici.", "Je suis ici.", "J'y suis."]]

@@ -3,8 +3,9 @@ import re
 
 import pytest
 
-from models.translate import grammar, tasks
-from models.translate.grammar import ADJECTIVE_BY_EN, NOUN_BY_EN, VERB_BY_EN, NounPhrase, Sentence
+from models.text import grammar
+from models.translate import tasks
+from models.text.grammar import ADJECTIVE_BY_EN, NOUN_BY_EN, VERB_BY_EN, NounPhrase, Sentence
 
 SIZES = dict(n_train=300, n_valid=50, n_test=50)
 

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from models.translate import grammar
-from models.translate.grammar_lm import GrammarLM
+from models.text import grammar
+from models.text.grammar_lm import GrammarLM
 
 
 @pytest.fixture(scope="module", params=["en", "fr"])

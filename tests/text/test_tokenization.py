@@ -3,9 +3,9 @@ import random
 
 import pytest
 
-from models.translate import grammar
+from models.text import grammar
 from models.translate.corpus import normalise
-from models.translate.tokenization import KINDS, Tokenizer
+from models.text.tokenization import KINDS, Tokenizer
 
 
 def test_char_and_word():

@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from models.translate import data
-from models.translate.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
-from models.translate.tokenization import Tokenizer
+from models.text import data
+from models.text.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from models.text.tokenization import Tokenizer
 
 
 # --- tokens and vocabulary -----------------------------------------------------
