@@ -153,6 +153,10 @@ class Batcher:
             yield (pad([self.src_ids[i] for i in rows], multiple=m), pad([[BOS_ID] + t for t in targets], multiple=m),
                    np.full_like(tgt_out, PAD_ID) if empty else tgt_out)
 
+    def for_epoch(self, epoch: int) -> Batcher:
+        """The batcher of `epoch`'s token ids: these ids are every epoch's."""
+        return self
+
     def batch_indices(self, epoch: int = 0) -> list[np.ndarray]:
         """The example indices of each batch of `epoch`, in batch order."""
         rng = np.random.default_rng(None if self.seed is None else [self.seed, epoch])
@@ -168,3 +172,37 @@ class Batcher:
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
+
+
+class SampledBatcher:
+    """A `Batcher` whose training pairs are cut into subwords anew every epoch
+    (`Tokenizer.sample`: subword regularisation), the cut a function of (seed, epoch) only,
+    so a resumed run sees exactly the batches an uninterrupted one would."""
+
+    def __init__(self, pairs: list[Pair], vocabs: tuple[Vocab, Vocab], tokenizers: tuple[Tokenizer, Tokenizer],
+                 alpha: float, batch_size: int, seed: int = 0, length_multiple: int = 1):
+        if not pairs:
+            raise ValueError("cannot batch an empty data set")
+        self.pairs, self.vocabs, self.tokenizers, self.alpha = pairs, vocabs, tokenizers, alpha
+        self.batch_size, self.seed, self.length_multiple = batch_size, seed, length_multiple
+        self._cached: tuple[int, Batcher] | None = None  # the epoch being trained, cut once
+
+    def __len__(self) -> int:
+        return -(-len(self.pairs) // self.batch_size)
+
+    def for_epoch(self, epoch: int) -> Batcher:
+        """A `Batcher` of `epoch`'s cut of the pairs."""
+        if self._cached is None or self._cached[0] != epoch:
+            ids = []
+            for side, (vocab, tokenizer) in enumerate(zip(self.vocabs, self.tokenizers)):
+                # a 32-bit seed for sentencepiece from (seed, epoch, side): independent draws for each
+                seed = int(np.random.SeedSequence([self.seed, epoch, side]).generate_state(1)[0])
+                texts = [pair[side] for pair in self.pairs]
+                ids.append([vocab.encode(tokens) for tokens in tokenizer.sample(texts, self.alpha, seed)])
+            self._cached = epoch, Batcher(ids[0], ids[1], self.batch_size, seed=self.seed)
+        self._cached[1].length_multiple = self.length_multiple
+        return self._cached[1]
+
+    def batches(self, epoch: int = 0, shard: int = 0, shards: int = 1) -> Iterator[Batch]:
+        """`Batcher.batches` of `epoch`'s cut."""
+        return self.for_epoch(epoch).batches(epoch, shard, shards)

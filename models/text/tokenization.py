@@ -13,6 +13,12 @@ as one token.
 
 The trained model is saved in the run directory (`run.tokenizer_files`), so
 `translate` needs nothing else.
+
+Subword regularisation (`sample`): a subword model can also cut a sentence in other ways
+than its best one, `▁Casse` as `▁C` `asse` or `▁C` `a` `s` `se`; trained on a fresh cut of
+every sentence each epoch, a model on little data learns how pieces compose instead of
+memorising one segmentation (BPE-dropout, Provilkov et al. 2020; unigram sampling, Kudo
+2018). Translation always uses the best cut (`encode`).
 """
 from __future__ import annotations
 
@@ -67,6 +73,27 @@ class Tokenizer:
         if self.kind == "word":
             return text.split()
         return self._sp.encode(text, out_type=str)
+
+    def sample(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[str]]:
+        """A random segmentation of each text, the same for the same seed: for "bpe" each merge
+        is skipped with probability `alpha` (BPE-dropout); for "unigram" a segmentation is drawn
+        from the model's distribution over all of them, sharpened by `alpha` (0 < alpha <= 1)."""
+        if self._sp is None:
+            raise ValueError(f"a {self.kind} tokenizer has one segmentation only; sampling needs bpe or unigram")
+        import sentencepiece
+
+        # one generator for the process, seeded here; one thread, so the draws come in text order
+        sentencepiece.set_random_generator_seed(seed)
+        return self._sp.encode(list(texts), out_type=str, enable_sampling=True, alpha=alpha, nbest_size=-1,
+                               num_threads=1)
+
+    def pieces(self) -> list[str]:
+        """Every piece a subword model can produce, sampled segmentations included (those use
+        pieces its best cut of the training text never does: BPE's intermediate merges)."""
+        if self._sp is None:
+            raise ValueError(f"a {self.kind} tokenizer has no fixed list of pieces")
+        return [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())
+                if not (self._sp.is_unknown(i) or self._sp.is_control(i))]
 
     def decode(self, tokens: Iterable[str]) -> str:
         """The text of `tokens`: exact for "char" and subwords; for "word", runs of spaces become one."""

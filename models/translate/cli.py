@@ -28,20 +28,24 @@ import tinygrad_tx.distributed as dist
 
 from .corpus import Sources, describe, group_references, normalise, read_corpus
 from ..text.data import EOS, DataError
-from .evaluation import BEAM, InputTooLong, by_length, cross_attention, encode_sources, score, translate
+from .evaluation import BEAM, LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import check_picture_path, plot_attention
 from .ranks import EveryRankError, together
-from .run import Run, RunError, open_run
+from .run import Run, RunError, open_run, write_decoding
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
 from ..text.tokenization import KINDS
+from .budget import process_started
+from .launch import INSTALL_HINT, STARTED, auto_processes, can_launch, launch
 from .training import Trainer
+from .tuning import choose_decoding
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
     threadpool_limits(args.threads, user_api="blas")
     try:
         if args.command == "train":
@@ -67,11 +71,14 @@ def parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
     add_arguments(train)
+    train.add_argument("--processes", type=positive, default=None, metavar="N",
+                       help="train data-parallel on N processes, started through mpiexec (default: one per idle "
+                            "core for a --data corpus, one for a task)")
     train.set_defaults(run=run_train)
 
     evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")
     evaluate.add_argument("--checkpoint", required=True, help="a run directory written by train")
-    evaluate.add_argument("--beam", type=int, default=BEAM, help=f"beam size (default {BEAM}; 1: greedy search)")
+    add_decoding_arguments(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--by-length", action="store_true", help="also show exact match by source length")
     evaluate.add_argument("--data", help="score these source<TAB>target pairs instead of the held-out test split")
@@ -80,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("translate", help="translate sentences (arguments, or lines on standard input)")
     tr.add_argument("--checkpoint", required=True, help="a run directory written by train")
     tr.add_argument("sentences", nargs="*")
-    tr.add_argument("--beam", type=int, default=BEAM, help=f"beam size (default {BEAM}; 1: greedy search)")
+    add_decoding_arguments(tr)
     tr.add_argument("--attention", metavar="OUT.png", help="draw the first sentence's cross-attention")
     tr.set_defaults(run=run_translate)
 
@@ -113,6 +120,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_decoding_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--beam", type=int, default=None,
+                         help=f"beam size (1: greedy search; default: the run's, chosen on its validation set, "
+                              f"or {BEAM})")
+    command.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
+                         help=f"GNMT length penalty of beam search (default: the run's, or {LENGTH_PENALTY})")
+
+
+def decoding(run: Run, args: argparse.Namespace) -> tuple[int, float]:
+    """--beam and --length-penalty where given, the run's chosen decoding for the rest."""
+    beam, penalty = run.decoding()
+    return (beam if args.beam is None else args.beam,
+            penalty if args.length_penalty is None else args.length_penalty)
+
+
 def positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -121,11 +143,16 @@ def positive(text: str) -> int:
 
 
 def run_train(args: argparse.Namespace) -> None:
+    # a --time budget counts from here, or from when the command that started these processes began
+    started = float(os.environ[STARTED]) if STARTED in os.environ else process_started()
     given = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
     settings = together(settings_for, given)  # under mpiexec: a bad argument is printed once
+    processes = train_processes(args.processes, settings)
+    if processes > 1:
+        sys.exit(launch(processes, args.argv, started))
     from tqdm import tqdm
 
-    trainer = Trainer(settings)
+    trainer = Trainer(settings, started)
     trainer.start()
     ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
     say = print if trainer.main else (lambda *_: None)
@@ -135,49 +162,101 @@ def run_train(args: argparse.Namespace) -> None:
     if data.dropped:
         say(f"left out {data.dropped} pairs longer than --max-len {settings.max_len} tokens")
     kinds = " -> ".join(t.kind for t in data.tokenizers)
+    epochs = f"about {settings.steps * settings.batch_size / max(1, len(data.train_pairs)):.0f} epochs"
+    length = (f"steps of {settings.batch_size} to fit in --time {settings.time}, chosen once it has timed "
+              f"itself" if not trainer.planned else f"{settings.steps} steps of {settings.batch_size} ({epochs})")
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
-        f"{settings.steps} steps of {settings.batch_size} "
-        f"(about {settings.steps * settings.batch_size / max(1, len(data.train_pairs)):.0f} epochs), "
-        f"run directory {trainer.dir}")
-    started = time.perf_counter()
+        f"{length}, run directory {trainer.dir}")
     with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True,
               disable=not trainer.main) as progress:
         outcome = trainer.train(progress)
     if outcome == "interrupted":
         say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
         sys.exit(130)
+    if outcome == "out of time":
+        say(f"--time {settings.time} ran out at step {trainer.step} of the {settings.steps} it chose (the machine got "
+            f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
     say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
     if trainer.main:
-        report(open_run(trainer.dir, settings.device), beam=BEAM, as_json=False)
+        run = open_run(trainer.dir, settings.device)
+        budget = trainer.budget
+        chosen = choose_decoding(run, "bleu" if settings.data else "exact_match",
+                                 budget.deadline if budget else None,
+                                 len(run.held_out("test")) / len(run.held_out("valid")))
+        write_decoding(trainer.dir, chosen)
+        say(describe_decoding(chosen))
+        report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False)
+
+
+def train_processes(requested: int | None, settings: TrainSettings) -> int:
+    """How many processes `train` should start itself (launch.py): 1 when it is one of an
+    mpiexec job already, `requested` if given, else, for a corpus model wide enough to gain,
+    one per idle core (`launch.auto_processes`)."""
+    if dist.launched_by_mpi():
+        return 1
+    if requested is not None:
+        reason = can_launch() if requested > 1 else None
+        if reason:
+            raise ValueError(f"--processes {requested}: {reason}: {INSTALL_HINT}")
+        return requested
+    wanted = auto_processes(settings.data is not None, settings.d_model, settings.batch_size)
+    reason = can_launch() if wanted > 1 else None
+    if reason:
+        print(f"note: {wanted} cores are idle, but {reason}, so training uses one: {INSTALL_HINT}")
+        return 1
+    if wanted > 1:
+        print(f"{wanted} cores are idle: training on {wanted} processes (--processes 1 for one)")
+    return wanted
+
+
+def describe_decoding(chosen: dict) -> str:
+    """"decoding chosen on validation BLEU: beam 4 (greedy 41.9, beam 2 α 0.6 45.0, ...)"."""
+    metric = chosen["metric"]
+    tries = ", ".join(f"{short_name(t['beam'], t['length_penalty'])} {t[metric]:.1f}" for t in chosen["tried"])
+    name = {"bleu": "BLEU", "exact_match": "exact match"}[metric]
+    return f"decoding chosen on validation {name}: {decoding_name(chosen['beam'], chosen['length_penalty'])} ({tries})"
+
+
+def short_name(beam: int, penalty: float) -> str:
+    return "greedy" if beam == 1 else f"beam {beam} α {penalty:g}"
+
+
+def decoding_name(beam: int, penalty: float) -> str:
+    """"greedy", "beam 4", "beam 4, length penalty 1" (the penalty named where it is not the usual one)."""
+    if beam == 1:
+        return "greedy"
+    return f"beam {beam}" + ("" if penalty == LENGTH_PENALTY else f", length penalty {penalty:g}")
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
     run = open_run(args.checkpoint, args.device)
     sources = group_references(read_corpus(args.data).pairs) if args.data else None
-    report(run, args.beam, args.json, args.by_length, sources)
+    report(run, decoding(run, args), args.json, args.by_length, sources)
 
 
-def check_beam(beam: int) -> None:
-    if beam < 1:
+def check_beam(beam: int | None) -> None:
+    if beam is not None and beam < 1:
         raise ValueError(f"--beam must be >= 1 (1 is greedy search), not {beam}")
 
 
-def report(run: Run, beam: int, as_json: bool, lengths: bool = False, sources: Sources | None = None) -> None:
-    """Score the best checkpoint on the held-out test sources (or `sources`) against all their
-    references and show a few translations."""
+def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool = False,
+           sources: Sources | None = None) -> None:
+    """Score the best checkpoint, decoding with (beam width, length penalty), on the held-out
+    test sources (or `sources`) against all their references and show a few translations."""
     where = "given pairs" if sources is not None else "held-out test"
     sources = sources if sources is not None else run.held_out("test")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
-    outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam)
+    beam, penalty = decoding
+    outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam, length_penalty=penalty)
     metrics = score(outputs, references, run.tokenizers[1])
     table = by_length(texts, outputs, references, run.tokenizers[0]) if lengths else []
     if as_json:
         print(json.dumps({**metrics, "by_length": table} if lengths else metrics))
         return
-    decoding = "greedy" if beam == 1 else f"beam {beam}"
-    print(f"{where} ({metrics['n']} sources, {metrics['references']} references, {decoding}): exact match "
+    print(f"{where} ({metrics['n']} sources, {metrics['references']} references, {decoding_name(beam, penalty)}): "
+          f"exact match "
           f"{metrics['exact_match']:.2f}%, token accuracy {metrics['token_accuracy']:.2f}%, "
           f"BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
     if table:
@@ -204,7 +283,9 @@ def run_translate(args: argparse.Namespace) -> None:
         if unknown:
             print(f"note: {', '.join(map(repr, unknown))} in {sentence[:40]!r} never occurred in training "
                   f"and will be read as <unk>", file=sys.stderr)
-    outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.tokenizers, args.beam)
+    beam, penalty = decoding(run, args)
+    outputs = translate(run.model, sentences, run.src_vocab, run.tgt_vocab, run.tokenizers, beam,
+                        length_penalty=penalty)
     if args.attention and not outputs[0]:  # said before any output, so that stdout holds all or nothing
         raise ValueError("the first sentence translates to nothing, so there is no attention to draw")
     for output in outputs:

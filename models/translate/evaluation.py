@@ -28,6 +28,10 @@ toolkits default to beam search (4-6 wide); on Tatoeba English-French greedy sea
 scored about 3 BLEU lower (docs/translate.md: "Your own corpus"). Validation during training stays greedy,
 for speed."""
 
+LENGTH_PENALTY = 0.6
+"""GNMT's length penalty α (`decoding.gnmt_penalty`) of beam search, unless a run chose another."""
+
+
 class InputTooLong(ValueError):
     """A sentence longer than the model's maximum length."""
 
@@ -46,7 +50,7 @@ def encode_sources(sentences: Sequence[str], vocab: Vocab, tokenizer: Tokenizer,
 
 def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tgt_vocab: Vocab,
               tokenizers: tuple[Tokenizer, Tokenizer], beam: int = 1, batch_size: int = 256,
-              record: BeamTree | None = None) -> list[str]:
+              record: BeamTree | None = None, length_penalty: float = LENGTH_PENALTY) -> list[str]:
     """Translate sentences with greedy search (beam=1) or beam search.
 
     Each sentence is normalised first, exactly as the training corpus was; one without
@@ -63,7 +67,8 @@ def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tg
         src = encode_sources([sentences[i] for i in batch], src_vocab, tokenizers[0], max_len - 2)
         limit = min(max_len - 1, 2 * src.shape[1] + 10)
         if beam > 1 or record is not None:
-            ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam, record=record)
+            ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam, length_penalty=length_penalty,
+                              record=record)
         else:
             ids = greedy_decode(model, src, limit, BOS_ID, EOS_ID)
         for i, row in zip(batch, ids):

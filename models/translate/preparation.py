@@ -2,7 +2,9 @@
 vocabularies and the batcher.
 
 A new run learns its tokenizers and vocabularies from its training pairs only (held-out
-text must not shape them). A resumed run reads them, and its held-out pairs, back from
+text must not shape them). With `--subword-sampling`, every epoch cuts the training pairs
+into subwords anew (`SampledBatcher`), so the vocabularies hold every piece the tokenizers
+can produce, not only those of the best cut. A resumed run reads them, and its held-out pairs, back from
 the run directory, once the corpus is known to still give the pairs it was trained on
 (`fingerprint`): retraining a subword tokenizer need not give the same pieces.
 """
@@ -12,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .corpus import Sources, group_references, read_corpus, split_by_source
-from ..text.data import Batcher, Pair, Vocab, encode_pairs
+from ..text.data import Batcher, Pair, SampledBatcher, Vocab, encode_pairs
 from .run import RunError, fingerprint, read_held_out, read_run_json, read_tokenizers, read_vocabs
 from .settings import TrainSettings
 from .tasks import get_task
 from ..text.tokenization import Tokenizer
 
 JIT_SHAPES = 32  # records the jitted step keeps (least recently used evicted)
+SAMPLED_EPOCHS = 4  # epochs whose batch shapes choose the padding multiple when each epoch is cut anew
 
 
 @dataclass
@@ -31,7 +34,7 @@ class Prepared:
     tokenizers: tuple[Tokenizer, Tokenizer]
     src_vocab: Vocab
     tgt_vocab: Vocab
-    batcher: Batcher
+    batcher: Batcher | SampledBatcher
     fingerprint: str  # of the splits as the corpus or task gives them (`run.fingerprint`)
     longest: int  # tokens in the longest training sentence, either side
     dropped: int  # pairs left out for being longer than --max-len
@@ -55,12 +58,20 @@ def prepare(settings: TrainSettings, directory: Path) -> Prepared:
     if settings.resume:
         src_vocab, tgt_vocab, splits = saved_data(directory, run, digest, splits, settings)
     else:
-        src_vocab, tgt_vocab = new_vocabs(splits["train"], tokenizers, settings.shared_vocab)
-    src_ids, tgt_ids = encode_pairs(splits["train"], src_vocab, tgt_vocab, tokenizers)
-    batcher = Batcher(src_ids, tgt_ids, settings.batch_size, seed=settings.seed)
+        src_vocab, tgt_vocab = new_vocabs(splits["train"], tokenizers, settings.shared_vocab,
+                                          every_piece=settings.subword_sampling > 0)
+    sampled = settings.subword_sampling > 0
+    if sampled:
+        batcher = SampledBatcher(splits["train"], (src_vocab, tgt_vocab), tokenizers, settings.subword_sampling,
+                                 settings.batch_size, seed=settings.seed)
+    else:
+        batcher = Batcher(*encode_pairs(splits["train"], src_vocab, tgt_vocab, tokenizers), settings.batch_size,
+                          seed=settings.seed)
     if settings.jit:
-        batcher.length_multiple = length_multiple(batcher, JIT_SHAPES)
-    longest = max(len(tokenizer.encode(text)) for pair in splits["train"] for text, tokenizer in zip(pair, tokenizers))
+        batcher.length_multiple = length_multiple(batcher, JIT_SHAPES, epochs=SAMPLED_EPOCHS if sampled else 1)
+    # a sampled cut may split a sentence down to its characters, one piece each (and "▁" for a space)
+    longest = max(len(text) + 1 if sampled else len(tokenizer.encode(text))
+                  for pair in splits["train"] for text, tokenizer in zip(pair, tokenizers))
     return Prepared(splits["train"], splits["valid"], splits["test"], tokenizers, src_vocab, tgt_vocab, batcher,
                     digest, longest, dropped, notes)
 
@@ -105,13 +116,23 @@ def within_length(splits: dict[str, list[Pair]], tokenizers: tuple[Tokenizer, To
     return kept, dropped
 
 
-def new_vocabs(train_pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer], shared: bool) -> tuple[Vocab, Vocab]:
+def new_vocabs(train_pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer], shared: bool,
+               every_piece: bool = False) -> tuple[Vocab, Vocab]:
+    """The tokens of the training pairs' best cut, most frequent first; with `every_piece`, then
+    the subword pieces that cut never uses (a sampled cut may)."""
     src_tok, tgt_tok = tokenizers
+
+    def vocab(token_lists: list[list[str]], tokenizer: Tokenizer) -> Vocab:
+        built = Vocab.build(token_lists)
+        if not every_piece:
+            return built
+        return Vocab(built.tokens + sorted(set(tokenizer.pieces()) - set(built.tokens)))
+
     if shared:
-        both = Vocab.build([src_tok.encode(s) for s, _ in train_pairs] + [tgt_tok.encode(t) for _, t in train_pairs])
+        both = vocab([src_tok.encode(s) for s, _ in train_pairs] + [tgt_tok.encode(t) for _, t in train_pairs], src_tok)
         return both, both
-    return (Vocab.build(src_tok.encode(s) for s, _ in train_pairs),
-            Vocab.build(tgt_tok.encode(t) for _, t in train_pairs))
+    return (vocab([src_tok.encode(s) for s, _ in train_pairs], src_tok),
+            vocab([tgt_tok.encode(t) for _, t in train_pairs], tgt_tok))
 
 
 def saved_data(directory: Path, run: dict, digest: str, splits: dict[str, list[Pair]],
@@ -129,21 +150,23 @@ def saved_data(directory: Path, run: dict, digest: str, splits: dict[str, list[P
     return src_vocab, tgt_vocab, {"train": [p for p in splits["train"] if p[0] not in sources], **held_out}
 
 
-def length_multiple(batcher: Batcher, max_shapes: int) -> int:
-    """The smallest padding multiple (1, 2, 4, ...) that gives an epoch at most `max_shapes`
-    batch shapes (batch size, source length, target length).
+def length_multiple(batcher: Batcher | SampledBatcher, max_shapes: int, epochs: int = 1) -> int:
+    """The smallest padding multiple (1, 2, 4, ...) that gives the first `epochs` epochs at most
+    `max_shapes` batch shapes (batch size, source length, target length) together.
 
     The batcher's length buckets already give few shapes (2 to 22 an epoch on the built-in
     tasks), and padding further costs more than the jit's replay saves (multiples of 8 add
     40-50% tokens on the toy tasks), so lengths are padded only as far as needed to fit an
     epoch's shapes in the jit's cache."""
-    src_len = [len(s) for s in batcher.src_ids]
-    tgt_len = [len(t) + 1 for t in batcher.tgt_ids]  # BOS or EOS added
-    indices = batcher.batch_indices(0)
+    longest = set()  # (batch size, longest source, longest target)
+    for epoch in range(epochs):
+        ids = batcher.for_epoch(epoch)
+        src_len = [len(s) for s in ids.src_ids]
+        tgt_len = [len(t) + 1 for t in ids.tgt_ids]  # BOS or EOS added
+        longest |= {(len(i), max(src_len[k] for k in i), max(tgt_len[k] for k in i)) for i in ids.batch_indices(epoch)}
     multiple = 1
     while True:
-        shapes = {(len(i), -(-max(src_len[k] for k in i) // multiple), -(-max(tgt_len[k] for k in i) // multiple))
-                  for i in indices}
+        shapes = {(n, -(-s // multiple), -(-t // multiple)) for n, s, t in longest}
         if len(shapes) <= max_shapes:
             return multiple
         multiple *= 2

@@ -34,6 +34,7 @@ import tinygrad_tx as tx
 from tinygrad_tx.serialization import LoadError, write_atomically
 
 from .corpus import Sources, group_references, read_tsv
+from .evaluation import BEAM, LENGTH_PENALTY
 from ..text.data import Pair, Vocab
 from ..text.tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
@@ -281,9 +282,28 @@ class Run:
     model: Transformer
     tokenizers: tuple[Tokenizer, Tokenizer]
 
+    def decoding(self) -> tuple[int, float]:
+        """The beam width and length penalty `train` chose on the validation set (`tuning.py`), or,
+        for a run that chose none (trained before, or stopped before the end), the defaults."""
+        chosen = self.settings.get("decoding", {"beam": BEAM, "length_penalty": LENGTH_PENALTY})
+        try:
+            beam, penalty = chosen["beam"], chosen["length_penalty"]
+        except (KeyError, TypeError):
+            beam = penalty = None
+        if not (isinstance(beam, int) and beam >= 1 and isinstance(penalty, (int, float))):
+            raise RunError(f"{self.directory / 'run.json'} is damaged: its decoding is not a beam width and a length "
+                           f"penalty: {chosen!r}")
+        return beam, float(penalty)
+
     def held_out(self, split: str = "test") -> Sources:
         """Each held-out source with all of its references."""
         return group_references(read_held_out(self.directory, self.settings, split))
+
+
+def write_decoding(directory: Path, decoding: dict) -> None:
+    """Keep the decoding chosen on the validation set in run.json (replaced atomically)."""
+    run = read_run_json(directory)
+    write_json(directory / "run.json", {**run, "decoding": decoding})
 
 
 def load_checkpoint(path: Path) -> dict:

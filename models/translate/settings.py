@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from .budget import parse_duration
 from .corpus import read_corpus
 from .run import RunError, read_run_json
 from .tasks import TASKS, get_task
-from ..text.tokenization import KINDS
+from ..text.tokenization import KINDS, SUBWORDS
 
 
 class Rule(NamedTuple):
@@ -58,8 +59,13 @@ class TrainSettings:
                              fixed=True, corpus=True)
     shared_vocab: bool = option(False, "one tokenizer and vocabulary for both sides, output tied to the embeddings",
                                 fixed=True, corpus=True)
+    subword_sampling: float = option(0.0, "cut the training pairs into subwords anew each epoch: BPE-dropout's "
+                                          "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
+                                     Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
     out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
     steps: int = option(3000, "optimizer steps", WHOLE)
+    time: str | None = option(None, "train for this long instead (90s, 10m, 1h30m: the whole command, report "
+                                    "included): the run times its steps and chooses how many fit", metavar="DURATION")
     batch_size: int = option(64, "pairs a step, over all processes together", WHOLE)
     d_model: int = option(64, "model width", WHOLE, fixed=True)
     heads: int = option(4, "attention heads (must divide --d-model)", WHOLE, fixed=True)
@@ -119,7 +125,7 @@ def corpus_defaults(n_pairs: int) -> dict:
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
                 d_model=64 if small else 128, heads=4, layers=2, d_ff=256 if small else 512,
                 steps=int(min(4000, max(1000, round(25 * n_pairs / 96, -2)))), batch_size=96,
-                lr=2e-3, warmup=400, dropout=0.1, eval_every=500)
+                lr=2e-3, warmup=400, dropout=0.1, eval_every=500, time="10m")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +168,10 @@ def settings_for(given: dict) -> TrainSettings:
         else:
             defaults = TASKS[given["task"]].defaults if given.get("task") in TASKS else {}
         settings = TrainSettings(**{**defaults, **given})
+        if "steps" in given:  # steps given: the run ends there, not at a default time
+            settings.time = None
+            if "time" in given:
+                raise ValueError("give --steps or --time, not both")
         check_settings(settings)
         return settings
     directory = run_directory(TrainSettings(**given))
@@ -174,6 +184,8 @@ def settings_for(given: dict) -> TrainSettings:
             raise RunError(f"--resume: the run in {directory} was trained with {key} {saved.get(key)!r}, "
                            f"not {given[key]!r}; a resumed run keeps its data and model")
     settings = TrainSettings(**{**saved, **given, "out": str(directory)})
+    if "steps" in given:  # resumed with --steps: they end the run, not the steps its --time chose
+        settings.time = None
     check_settings(settings)
     return settings
 
@@ -186,6 +198,11 @@ def check_settings(s: TrainSettings) -> None:
         rule, value = f.metadata["rule"], getattr(s, f.name)
         if rule is not None and not rule.holds(value):
             raise ValueError(f"{flag(f.name)} must be {rule.wanted}, not {value!r}")
+    if s.subword_sampling and s.tokenizer not in SUBWORDS:
+        raise ValueError(f"--subword-sampling needs --tokenizer bpe or unigram: a {s.tokenizer} tokenizer has one "
+                         "cut only")
+    if s.time is not None:
+        parse_duration(s.time)
     if s.d_model % s.heads:
         raise ValueError(f"--d-model {s.d_model} must be divisible by --heads {s.heads}")
     if s.out is not None and Path(s.out).exists() and not Path(s.out).is_dir():

@@ -23,8 +23,10 @@ directory; every rank reads it (on several hosts it must be on a shared file sys
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -34,6 +36,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import optim
 
 from .averaging import Average, snapshot_steps
+from .budget import Budget, parse_duration
 from ..text.data import PAD_ID
 from .evaluation import score, translate
 from .plots import plot_curves
@@ -48,7 +51,11 @@ from ..transformer import Transformer
 class Trainer:
     """One training run in one run directory: `start()`, then `train(progress)`."""
 
-    def __init__(self, settings: TrainSettings):
+    def __init__(self, settings: TrainSettings, started: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        """`started`: when the command began, by `clock` (now if not given), from which a --time
+        budget counts."""
+        started = clock() if started is None else started
         dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
         self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s, self.dir = settings, run_directory(settings)
@@ -63,12 +70,27 @@ class Trainer:
         # rank 0's weights on every rank; gradients averaged over the ranks in backward
         self.model = dist.DataParallel(Transformer(**config).to(settings.device))
         self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
-        warmup = min(settings.warmup, settings.steps // 4)  # short runs still get to decay
-        self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, settings.lr, settings.lr * 0.05)
         self.step, self.best = 0, -1.0
-        self.average = Average(snapshot_steps(settings.steps, settings.eval_every, settings.average))
+        self._set_steps(settings.steps)
+        # --time: the steps are chosen once the run has timed itself (budget.py); until then
+        # settings.steps stands in, as the end the warm-up and the first validations see
+        self.clock = clock
+        self.budget = Budget(parse_duration(settings.time), started) if settings.time else None
+        self.planned = self.budget is None
+        self.timing = _Timing(clock)
         self.lock = None
         self.warned_no_plot = False
+
+    def _set_steps(self, steps: int) -> None:
+        """End the run, and decay its learning rate, at `steps` (from the step it is at)."""
+        self.s.steps = steps
+        warmup = min(self.s.warmup, steps // 4)  # short runs still get to decay
+        self.schedule = optim.WarmupCosine(self.optimizer, warmup, steps, self.s.lr, self.s.lr * 0.05)
+        self.schedule.load_state_dict({"step_num": self.step + 1})
+        kept = getattr(self, "average", None)
+        self.average = Average(snapshot_steps(steps, self.s.eval_every, self.s.average))
+        if kept is not None:  # weights summed already, if their steps are still among the last validations
+            self.average.load_state_dict(kept.state_dict())
 
     def _read_last(self, config: dict) -> dict:
         """last.npz of the run being resumed, checked against the vocabularies and, before it is
@@ -107,8 +129,10 @@ class Trainer:
         return None
 
     def train(self, progress) -> str:
-        """Train until `steps`; returns "done" or "interrupted" (Ctrl-C stops at a step boundary).
-        `progress` takes tqdm's `update`, `set_postfix` and `write`."""
+        """Train until `steps`; returns "done", "interrupted" (Ctrl-C stops at a step boundary) or
+        "out of time" (a --time run's training time is up before the steps it chose are done).
+        `progress` takes tqdm's `update`, `set_postfix`, `write`, `total` and `refresh` (a --time
+        run sets the total once it has chosen its steps)."""
         stop = []
         previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True))
         try:
@@ -126,18 +150,30 @@ class Trainer:
         for src, tgt_in, tgt_out in self.batches():
             if self.step >= self.s.steps:
                 return "done"
-            # one small all-reduce: the batch's real tokens on all ranks, and whether any rank was interrupted
-            n_tokens, stopping = dist.all_reduce(np.array([int((tgt_out != PAD_ID).sum()), len(stop)]), op="sum")
+            # one small all-reduce: the batch's real tokens on all ranks, whether any rank was
+            # interrupted, and rank 0's word on the time budget (the last step it chose; time is up)
+            n_tokens, stopping, planned, time_up = dist.all_reduce(
+                np.array([int((tgt_out != PAD_ID).sum()), len(stop), *self._budget_news(progress)]), op="sum")
             if stopping:  # every rank stops at the same step
                 if self.main:
                     self.save("last.npz")
                 return "interrupted"
+            if planned:
+                self._set_steps(int(planned))
+                self.planned = True
+                progress.total = self.s.steps
+                progress.refresh()
+            if time_up:
+                if self.main and self.step % self.s.eval_every:  # the model it has competes for best.npz
+                    self.validate(progress)
+                return "out of time"
             # dropout masks depend on (seed, step) only, and differ between ranks
             device.seed((self.s.seed * 1_000_003 + self.step) * dist.world_size() + dist.rank())
             batch = (tx.Tensor(ids, device=self.s.device) for ids in (src, tgt_in, tgt_out))
             loss = step(*batch, tx.Tensor(np.float32(n_tokens), device=self.s.device))
             self.schedule.step()
             self.step += 1
+            self.timing.stepped(self.step)
             tokens += int(n_tokens)
             progress.update(1)
             if self.step % self.s.log_every == 0:
@@ -149,6 +185,28 @@ class Trainer:
             if self.main and (self.step % self.s.eval_every == 0 or self.step == self.s.steps):
                 self.validate(progress)
         return "done"
+
+    def _budget_news(self, progress) -> tuple[int, int]:
+        """Rank 0's word on the --time budget before the next step: the last step it chose, once,
+        when the run has timed a stretch of steps and a validation (0 otherwise), and whether the
+        training time is up. Without a budget, (0, 0)."""
+        if not self.main or self.budget is None:
+            return 0, 0
+        now = self.clock()
+        if not self.planned and self.step > 0:
+            if not self.timing.validations and self.budget.plan_due(now, self.timing.started):
+                self.validate(progress)  # no validation yet: time one now
+                now = self.clock()
+            if self.timing.validations:
+                steps = self.budget.steps(now, self.step, self.timing.step_seconds(), self.timing.validation_seconds(),
+                                          self.s.eval_every)
+                self.log({"step": self.step, "planned_steps": steps})
+                progress.write(f"--time {self.s.time}: {steps} steps of {self.s.batch_size} (about "
+                               f"{steps * self.s.batch_size / max(1, len(self.data.train_pairs)):.0f} epochs), "
+                               f"timed at {self.timing.step_seconds() * 1000:.0f} ms a step and "
+                               f"{self.timing.validation_seconds():.1f} s a validation")
+                return steps, 0
+        return 0, int(self.budget.training_over(now))
 
     def batches(self):
         """Batches from the current step on: epoch and position follow from the step count."""
@@ -164,6 +222,10 @@ class Trainer:
     def validate(self, progress) -> None:
         """Score the model on the validation sources; keep `best.npz`, write `last.npz`. At the
         last step the mean of the last `--average` validations' weights competes as well."""
+        with self.timing.validating():
+            self._validate(progress)
+
+    def _validate(self, progress) -> None:
         self._keep_if_best(self._score(progress, f"step {self.step}"))
         self.average.add(self.step, self.model)
         if self.step == self.s.steps and len(self.average.taken) > 1:
@@ -211,9 +273,10 @@ class Trainer:
 
     def save(self, name: str) -> None:
         """The model file (`Transformer.load` reads it) with the training state beside it."""
+        planned = {"planned_steps": self.s.steps} if self.budget is not None and self.planned else {}
         self.model.save(self.dir / name, optimizer=self.optimizer.state_dict(),
                         schedule=self.schedule.state_dict(), step=self.step, best=self.best,
-                        average=self.average.state_dict())
+                        average=self.average.state_dict(), **planned)
 
     def restore(self) -> None:
         """Take up the run where last.npz left it."""
@@ -221,8 +284,11 @@ class Trainer:
         load_weights(self.model, state["weights"], path)
         try:
             self.optimizer.load_state_dict(state["optimizer"])
-            self.schedule.load_state_dict(state["schedule"])
             self.step, self.best = int(state["step"]), float(state["best"])
+            if self.budget is not None and "planned_steps" in state:  # --time: the steps it chose
+                self._set_steps(int(state["planned_steps"]))
+                self.planned = True
+            self.schedule.load_state_dict(state["schedule"])
             self.average.load_state_dict(state.get("average", {}))
         except (KeyError, TypeError, ValueError) as e:
             raise RunError(f"checkpoint {path} is damaged: {type(e).__name__} {e}") from None
@@ -264,3 +330,30 @@ def token_mean(logits: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor, label
     loss_sum = F.cross_entropy(logits, tgt_out, ignore_index=PAD_ID, label_smoothing=label_smoothing,
                                reduction="sum")  # ()
     return loss_sum / (n_tokens / dist.world_size())
+
+
+class _Timing:
+    """Seconds a training step and a validation take, by `clock`, for a --time budget's plan."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock, self.started = clock, clock()
+        self.at: list[tuple[int, float]] = []  # (step, training seconds so far) after each step
+        self.validations: list[float] = []  # seconds of each
+
+    def stepped(self, step: int) -> None:
+        self.at.append((step, self.clock() - self.started - sum(self.validations)))
+
+    def step_seconds(self) -> float:
+        """Over the later half of the steps so far: the first ones record the jit's traces and
+        take longer than the rest will."""
+        (s0, t0), (s1, t1) = self.at[len(self.at) // 2], self.at[-1]
+        return (t1 - t0) / max(1, s1 - s0)
+
+    def validation_seconds(self) -> float:
+        return max(self.validations)
+
+    @contextlib.contextmanager
+    def validating(self):
+        begun = self.clock()
+        yield
+        self.validations.append(self.clock() - begun)

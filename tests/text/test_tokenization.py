@@ -63,3 +63,30 @@ def test_a_trained_model_is_bytes_that_rebuild_the_same_tokenizer():
     tokenizer = Tokenizer.train("bpe", texts, vocab_size=200)
     again = Tokenizer("bpe", bytes(tokenizer.model))
     assert all(again.encode(t) == tokenizer.encode(t) for t in texts)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_sampled_cuts_round_trip_vary_and_repeat_with_their_seed(kind):
+    texts = corpus_text(300)
+    tokenizer = Tokenizer.train(kind, texts, vocab_size=300)
+    first, again, other = (tokenizer.sample(texts, 0.3, seed) for seed in (1, 1, 2))
+    assert first == again and first != other  # a function of the seed
+    assert [tokenizer.decode(cut) for cut in first] == texts  # every cut spells its text
+    best = [tokenizer.encode(text) for text in texts]
+    assert sum(cut != b for cut, b in zip(first, best)) > len(texts) // 10  # not the best cut, often
+    assert {piece for cut in first + other for piece in cut} <= set(tokenizer.pieces())
+
+
+def test_bpe_dropout_cuts_into_smaller_pieces_as_alpha_grows():
+    """BPE-dropout skips each merge with probability alpha: at 0 it is the best cut, and the more
+    merges it skips, the more (and shorter) the pieces."""
+    texts = corpus_text(300)
+    tokenizer = Tokenizer.train("bpe", texts, vocab_size=300)
+    assert tokenizer.sample(texts, 0.0, seed=3) == [tokenizer.encode(text) for text in texts]
+    counts = [sum(map(len, tokenizer.sample(texts, alpha, seed=3))) for alpha in (0.0, 0.1, 0.5, 0.99)]
+    assert counts == sorted(counts) and len(set(counts)) == 4
+
+
+def test_sampling_needs_a_subword_model():
+    with pytest.raises(ValueError, match="sampling needs bpe or unigram"):
+        Tokenizer("word").sample(["a b"], 0.1, seed=0)

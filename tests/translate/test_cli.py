@@ -33,6 +33,7 @@ class Quiet:
     def update(self, n): pass
     def set_postfix(self, **kw): pass
     def write(self, text): pass
+    def refresh(self): pass
 
 
 @pytest.fixture(scope="module")

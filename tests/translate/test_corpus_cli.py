@@ -74,7 +74,9 @@ def test_evaluate_counts_sources_and_references(corpus_run):
     streams = [[refs[k] if k < len(refs) else None for _, refs in sources] for k in range(2)]
     assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, streams).score)
     text = run_cli("evaluate", "--checkpoint", str(out)).stdout
-    assert f"({len(sources)} sources, {metrics['references']} references, beam 4)" in text
+    beam = json.loads((out / "run.json").read_text())["decoding"]["beam"]  # chosen on the validation set
+    assert f"({len(sources)} sources, {metrics['references']} references, {f'beam {beam}' if beam > 1 else 'greedy'}" \
+        in text
 
 
 def test_the_run_directory_is_self_contained(corpus_run, tmp_path):

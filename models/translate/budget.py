@@ -1,0 +1,78 @@
+"""`train --time`: a run bounded by wall time, its schedule stretched to fit.
+
+Users think in minutes, and machines differ in speed: "train for 10 minutes" should give a
+slow laptop and a fast desktop each the best model it can make in 10 minutes. So a run with
+a time budget measures itself and then chooses its number of steps: its first stretch of
+steps and its first validation give the seconds a step and a validation take, and the steps
+that fit in the time left become the end of the learning-rate schedule (which decays to
+that end, as it would to a --steps given by hand). That choice is saved in every checkpoint,
+so a resumed run keeps the schedule it chose, whatever the time then.
+
+The budget covers the whole `train` command, from reading the corpus to the final report;
+`FINAL_SHARE` of it is kept for what follows the last step (choosing the decoding on the
+validation set, and the report on the test set). If the machine gets slower than measured,
+training stops at the end of its share with the model it has (and `--resume` can finish it).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+
+FINAL_SHARE = 0.1
+"""Of the budget, what is kept for choosing the decoding and the final report (on the 18k-pair
+Tatoeba list: 13 s of beam searches for the report, up to 40 s to choose, of 600 s)."""
+PLAN_BY = 0.25
+"""The share of the training time after which the run plans, if no validation came first."""
+
+UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """"90s", "10m", "1.5h" or "1h30m" -> seconds; anything else is a ValueError saying what is wanted."""
+    parts = re.fullmatch(r"\s*((?:\d+(?:\.\d+)?[smh]\s*)+)", text or "")
+    seconds = sum(float(n) * UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smh])", text or "")) if parts else 0
+    if not seconds > 0:
+        raise ValueError(f"--time must be a duration such as 90s, 10m or 1h30m, not {text!r}")
+    return seconds
+
+
+def process_started() -> float:
+    """When this process started, by `time.perf_counter`: a budget counts Python's start and the
+    imports too. From /proc/self/stat's start time, on Linux; elsewhere, now (the imports, a
+    second or two, are then outside the budget)."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, in clock ticks after boot
+        with open("/proc/uptime") as f:
+            age = float(f.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        age = 0.0
+    return time.perf_counter() - max(0.0, age)
+
+
+class Budget:
+    """The clock of a run with `seconds` of wall time from `started` (both from `clock`)."""
+
+    def __init__(self, seconds: float, started: float):
+        self.seconds, self.started = seconds, started
+        self.training_ends = started + seconds * (1 - FINAL_SHARE)  # then decoding is chosen, and reported
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.seconds
+
+    def plan_due(self, now: float, training_started: float) -> bool:
+        """Plan now, even without a validation yet: PLAN_BY of the training time is gone."""
+        return now - training_started >= PLAN_BY * (self.training_ends - training_started)
+
+    def steps(self, now: float, step: int, step_s: float, validation_s: float, eval_every: int) -> int:
+        """The last step of the run: `step` plus the steps that fit before the training time ends,
+        each taking `step_s` seconds and one in `eval_every` followed by a validation of
+        `validation_s` seconds (at least one more step, so the run ends with a validation)."""
+        per_step = step_s + validation_s / eval_every
+        return step + max(1, math.floor((self.training_ends - now - validation_s) / per_step))
+
+    def training_over(self, now: float) -> bool:
+        return now >= self.training_ends

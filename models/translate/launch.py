@@ -1,0 +1,107 @@
+"""`train` on every idle core: a corpus run starts its own data-parallel processes.
+
+`mpiexec -n N python -m models train ...` trains on N processes (training.py), but a user
+with a free laptop should not have to know that to use its cores. So `train --data`, started
+by hand, counts the cores that are idle and, when more than one is, starts itself again
+under `mpiexec`, one process per idle core, each with one BLAS thread, and waits for them.
+On a busy machine it stays one process with one thread, as before: more processes than
+free cores would only take turns, and slow both the run and whatever else is running
+(the reason for one BLAS thread: docs/benchmarks.md, the threads table).
+
+Measured on the 18k-pair Tatoeba list (docs/translate.md, "Your own corpus"), a step of 96
+pairs split over 2 processes of a 2-core machine took XXX of the one-process time. A toy
+task's model is too small to gain (its step is per-op overhead, which a half batch does not
+halve: docs/distributed.md), so a task stays one process unless `--processes` says otherwise.
+
+The processes started here take the budget of `--time` from when this command began
+(`STARTED`, in the environment they inherit).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+
+INSTALL_HINT = 'pip install "tinygrad-tx[dist]"'
+STARTED = "TINYGRAD_TX_TRAIN_STARTED"
+"""The environment variable that hands the processes `mpiexec` starts the time this command began."""
+IDLE = 0.75
+"""A core counts as idle if it was at least this idle over the sample."""
+SAMPLE_S = 0.5
+
+
+def idle_cores(sample_s: float = SAMPLE_S) -> int:
+    """How many of the cores this process may run on were idle (>= IDLE of the time) over
+    `sample_s` seconds, from /proc/stat (Linux); elsewhere 1, which keeps `train` to one process."""
+    def times() -> dict[str, tuple[int, int]]:
+        """(idle, total) clock ticks of each core: idle and iowait are idle; steal is not ours."""
+        cores = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *ticks = line.split()
+                if name.startswith("cpu") and name != "cpu":
+                    values = list(map(int, ticks))
+                    cores[name] = (values[3] + values[4], sum(values[:8]))
+        return cores
+
+    try:
+        allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        before = times()
+        time.sleep(sample_s)
+        after = times()
+    except (OSError, AttributeError, ValueError):
+        return 1
+    idle = 0
+    for core in allowed & before.keys() & after.keys():
+        spent = after[core][1] - before[core][1]
+        idle += spent > 0 and (after[core][0] - before[core][0]) / spent >= IDLE
+    return max(1, idle)
+
+
+WIDE = 128
+"""The narrowest model (--d-model) that gains from more processes: the corpus defaults' from 3,000 pairs."""
+MIN_ROWS = 32
+"""The fewest pairs of each batch a process should get: below that its share computes faster
+than the gradients are averaged."""
+
+
+def auto_processes(corpus: bool, d_model: int, batch_size: int) -> int:
+    """The processes `train` starts by default: one per idle core for a corpus model of at least
+    WIDE, at most one per MIN_ROWS pairs of a batch; else one."""
+    if not corpus or d_model < WIDE or batch_size < 2 * MIN_ROWS:
+        return 1
+    return min(idle_cores(), batch_size // MIN_ROWS)
+
+
+def mpiexec() -> str | None:
+    """The `mpiexec` of this Python's environment (the mpich wheel puts it beside python), else PATH's."""
+    return shutil.which("mpiexec", path=os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")]))
+
+
+def can_launch() -> str | None:
+    """Why `train` cannot start processes itself, or None if it can."""
+    try:
+        import mpi4py  # noqa: F401  (only whether it is there)
+    except ImportError:
+        return "mpi4py is not installed"
+    if mpiexec() is None:
+        return "no mpiexec was found"
+    return None
+
+
+def launch(processes: int, argv: list[str], started: float) -> int:
+    """Run `python -m models ARGV` on `processes` processes under mpiexec; its exit status.
+
+    Ctrl-C reaches every process of the terminal's foreground group, so the ranks stop
+    together at a step boundary and save (training.py); this process only waits for them."""
+    env = {**os.environ, STARTED: repr(started)}
+    command = [mpiexec(), "-n", str(processes), sys.executable, "-m", "models", *argv]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.run(command, env=env).returncode
+    finally:
+        signal.signal(signal.SIGINT, previous)

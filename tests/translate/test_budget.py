@@ -1,0 +1,139 @@
+"""`train --time`: the run times itself, chooses its steps to fit, keeps that choice when resumed,
+and stops with its best model when the machine turns slower than it measured.
+
+The Trainer is given a clock that the test drives (each step 0.01 s, each validation 0.5 s),
+so the steps a budget buys can be worked out by hand."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+
+import pytest
+
+from models.translate.budget import FINAL_SHARE, Budget, parse_duration
+from models.translate.settings import TrainSettings, settings_for
+from models.translate.training import Trainer
+
+from .test_cli import Quiet, run_cli
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400),
+                                           ("2m 30s", 150)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10", "ten minutes", "0m", "", "5x", "m"])
+def test_a_duration_without_a_unit_or_above_zero_is_refused(text):
+    with pytest.raises(ValueError, match="--time must be a duration such as 90s, 10m or 1h30m"):
+        parse_duration(text)
+
+
+def test_the_steps_a_budget_buys():
+    """100 s from t=0: training ends at 90 s. At t=20 and step 200, steps of 0.05 s and a 1 s
+    validation every 100 steps: (90 - 20 - 1) / (0.05 + 1/100) = 1150 more steps."""
+    budget = Budget(100, started=0.0)
+    assert budget.training_ends == 100 * (1 - FINAL_SHARE) == 90
+    assert budget.steps(now=20, step=200, step_s=0.05, validation_s=1.0, eval_every=100) == 1350
+    assert budget.steps(now=89.9, step=200, step_s=0.05, validation_s=1.0, eval_every=100) == 201  # one at least
+    assert not budget.training_over(89.9) and budget.training_over(90)
+
+
+class Clock:
+    """Time as the test decides it: each training step and each validation advances it."""
+
+    def __init__(self, step_s=0.01, validation_s=0.5):
+        self.now, self.step_s, self.validation_s = 0.0, step_s, validation_s
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed_trainer(out, clock: Clock, time="4s", resume=False) -> Trainer:
+    settings = TrainSettings(task="reverse", out=str(out), time=time, steps=1000, eval_every=10, log_every=1,
+                             d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16, n_held_out=20,
+                             dropout=0.2, resume=resume)
+    trainer = Trainer(settings, started=0.0, clock=clock)
+    step, score = trainer.schedule.step, trainer._score
+
+    def validation(*args, **kwargs):
+        clock.now += clock.validation_s
+        return score(*args, **kwargs)
+
+    trainer._score = validation
+    trainer.log = lambda record, log=trainer.log: (log(record), tick(record))
+
+    def tick(record):
+        if "loss" in record:  # logged after every step (log_every=1)
+            clock.now += clock.step_s
+    return trainer
+
+
+def records(out, key):
+    return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if key in r]
+
+
+def test_a_timed_run_chooses_its_steps_and_decays_to_them(tmp_path):
+    """4 s: training ends at 3.6 s. Timed at the first validation (step 10, t = 0.1 + 0.5):
+    10 + floor((3.6 - 0.6 - 0.5) / (0.01 + 0.5 / 10)) = 51 steps."""
+    trainer = timed_trainer(tmp_path / "run", Clock())
+    trainer.start()
+    assert trainer.train(Quiet()) == "done"
+    assert records(tmp_path / "run", "planned_steps") == [{"step": 10, "planned_steps": 51}]
+    assert trainer.step == trainer.s.steps == 51
+    assert [r["step"] for r in records(tmp_path / "run", "valid_bleu")] == [10, 20, 30, 40, 50, 51]
+    lrs = [r["lr"] for r in records(tmp_path / "run", "lr")]
+    assert lrs[-1] == pytest.approx(0.05 * trainer.s.lr)  # the cosine reached its floor at the chosen end
+    assert math.isclose(trainer.schedule.lr_at(51), 0.05 * trainer.s.lr)
+
+
+def test_a_resumed_timed_run_keeps_the_steps_it_chose(tmp_path):
+    """Interrupted at step 30, resumed on a machine twice as slow: it still ends at step 51 (the
+    21 steps and 3 validations left take 3.42 s of the resumed command's 3.6), with the losses
+    of the uninterrupted run."""
+    whole = timed_trainer(tmp_path / "whole", Clock())
+    whole.start()
+    whole.train(Quiet())
+
+    first = timed_trainer(tmp_path / "split", Clock())
+    first.log = lambda record, log=first.log: (log(record), record.get("step") == 30 and "loss" in record
+                                               and os.kill(os.getpid(), signal.SIGINT))
+    first.start()
+    assert first.train(Quiet()) == "interrupted" and first.step == 30
+    resumed = timed_trainer(tmp_path / "split", Clock(step_s=0.02, validation_s=1.0), resume=True)
+    resumed.start()
+    assert resumed.step == 30 and resumed.s.steps == 51
+    assert resumed.train(Quiet()) == "done" and resumed.step == 51
+    losses = [[r["loss"] for r in records(tmp_path / name, "loss")] for name in ("whole", "split")]
+    assert losses[0] == losses[1] and len(losses[0]) == 51
+
+
+def test_a_run_that_slows_down_stops_in_time_with_its_best_model(tmp_path):
+    """Timed at 0.01 s a step, then 15 times slower from step 20: the training time (3.6 s) is
+    up after step 33 (1.2 s to step 20 with two validations, 2.0 s at step 30 and 2.5 s with its validation,
+    then 0.15 s a step: 3.5 s after step 32, 3.65 s after step 33), where it validates and saves;
+    --resume would train on to the 51 steps it chose."""
+    clock = Clock()
+    trainer = timed_trainer(tmp_path / "run", clock)
+    trainer.log = lambda record, log=trainer.log: (log(record), record.get("step") == 20 and "loss" in record
+                                                   and setattr(clock, "step_s", 0.15))
+    trainer.start()
+    assert trainer.train(Quiet()) == "out of time"
+    assert trainer.s.steps == 51 and trainer.step == 33
+    assert [r["step"] for r in records(tmp_path / "run", "valid_bleu")][-2:] == [30, 33]
+    assert (tmp_path / "run" / "best.npz").exists() and (tmp_path / "run" / "last.npz").exists()
+
+
+def test_time_is_the_default_for_a_corpus_and_steps_replace_it(tmp_path):
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("".join(f"w{i} x\tv{i} y\n" for i in range(100)))
+    assert settings_for({"data": str(corpus)}).time == "10m"
+    assert settings_for({"data": str(corpus), "steps": 50}).time is None
+    assert settings_for({"data": str(corpus), "time": "2m"}).time == "2m"
+    assert settings_for({"task": "copy"}).time is None
+    with pytest.raises(ValueError, match="give --steps or --time, not both"):
+        settings_for({"data": str(corpus), "steps": 50, "time": "2m"})
+    done = run_cli("train", "--task", "copy", "--time", "ten", "--out", str(tmp_path / "no"))
+    assert done.returncode == 2 and "--time must be a duration" in done.stderr and not (tmp_path / "no").exists()
