@@ -31,14 +31,14 @@ from ..text.data import EOS, DataError
 from .evaluation import BEAM, LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import check_picture_path, plot_attention
 from .ranks import EveryRankError, together
-from .run import Run, RunError, open_run, write_decoding
+from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
 from ..text.tokenization import KINDS
 from .budget import process_started
 from .launch import INSTALL_HINT, STARTED, auto_processes, can_launch, launch
 from .training import Trainer
-from .tuning import choose_decoding
+from .tuning import keep_decoding
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
 
@@ -179,14 +179,9 @@ def run_train(args: argparse.Namespace) -> None:
             f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
     say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
     if trainer.main:
-        run = open_run(trainer.dir, settings.device)
-        budget = trainer.budget
-        chosen = choose_decoding(run, "bleu" if settings.data else "exact_match",
-                                 budget.deadline if budget else None,
-                                 len(run.held_out("test")) / len(run.held_out("valid")))
-        write_decoding(trainer.dir, chosen)
+        chosen = keep_decoding(trainer.dir, settings, trainer.budget)
         say(describe_decoding(chosen))
-        report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False)
+        report(open_run(trainer.dir, settings.device), (chosen["beam"], chosen["length_penalty"]), as_json=False)
 
 
 def train_processes(requested: int | None, settings: TrainSettings) -> int:

@@ -25,7 +25,7 @@ from tinygrad_tx.inspect.explorer.arrays import number
 
 from .corpus import normalise
 from ..text.data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
-from .evaluation import BEAM, InputTooLong, encode_sources, translate
+from .evaluation import InputTooLong, encode_sources, translate
 from .run import SNAPSHOTS, Run, load_model, open_run, read_metrics
 from ..beam_tree import BeamTree
 
@@ -59,7 +59,7 @@ class RunViews:
         settings = self.run.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
         return {"title": f"{self.run.directory.name}: {what}", "views": ["graph", "translate", "training", "compiled"],
-                "example": self.run.held_out("valid")[0][0], "beam": BEAM, "max_beam": MAX_BEAM}
+                "example": self.run.held_out("valid")[0][0], "beam": self.run.decoding()[0], "max_beam": MAX_BEAM}
 
     def _training_loss(self) -> tx.Tensor:
         """The loss of one training step on the first validation pairs (training mode, fixed seed)."""
@@ -79,7 +79,7 @@ class RunViews:
     def translate(self, params: dict) -> dict:
         """A sentence's pieces, its translation, the beam-search tree and every attention map; or,
         for a sentence the model cannot take, {"problem": why} (a fine request, with a sad answer)."""
-        text, beam = _text(params.get("sentence")), _beam(params.get("beam", BEAM))
+        text, beam = _text(params.get("sentence")), _beam(params.get("beam", self.run.decoding()[0]))
         try:
             return self._translate(_sentence(text), beam)
         except (Untranslatable, InputTooLong) as e:
@@ -96,7 +96,8 @@ class RunViews:
                                  "the model would read only <unk>")
         tree = BeamTree()
         started = time.perf_counter()
-        output = translate(run.model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, beam, record=tree)[0]
+        output = translate(run.model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, beam, record=tree,
+                           length_penalty=run.decoding()[1])[0]
         seconds = time.perf_counter() - started
         out_pieces = tgt_tok.encode(output)
         out_ids = run.tgt_vocab.encode(out_pieces)

@@ -37,29 +37,37 @@ SAMPLE_S = 0.5
 def idle_cores(sample_s: float = SAMPLE_S) -> int:
     """How many of the cores this process may run on were idle (>= IDLE of the time) over
     `sample_s` seconds, from /proc/stat (Linux); elsewhere 1, which keeps `train` to one process."""
-    def times() -> dict[str, tuple[int, int]]:
-        """(idle, total) clock ticks of each core: idle and iowait are idle; steal is not ours."""
-        cores = {}
-        with open("/proc/stat") as f:
-            for line in f:
-                name, *ticks = line.split()
-                if name.startswith("cpu") and name != "cpu":
-                    values = list(map(int, ticks))
-                    cores[name] = (values[3] + values[4], sum(values[:8]))
-        return cores
-
     try:
         allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
-        before = times()
+        with open("/proc/stat") as f:
+            before = core_ticks(f.read())
         time.sleep(sample_s)
-        after = times()
+        with open("/proc/stat") as f:
+            after = core_ticks(f.read())
     except (OSError, AttributeError, ValueError):
         return 1
+    return max(1, count_idle(before, after, allowed))
+
+
+def core_ticks(stat: str) -> dict[str, tuple[int, int]]:
+    """/proc/stat's text -> (idle, total) clock ticks of each core ("cpu0", ...): idle and iowait
+    are idle; user, nice, system, irq, softirq and steal (the hypervisor's) are not."""
+    cores = {}
+    for line in stat.splitlines():
+        name, *ticks = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            values = list(map(int, ticks[:8]))
+            cores[name] = (values[3] + values[4], sum(values))
+    return cores
+
+
+def count_idle(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], allowed: set[str]) -> int:
+    """The cores of `allowed` idle for at least IDLE of the ticks between two `core_ticks`."""
     idle = 0
     for core in allowed & before.keys() & after.keys():
         spent = after[core][1] - before[core][1]
         idle += spent > 0 and (after[core][0] - before[core][0]) / spent >= IDLE
-    return max(1, idle)
+    return idle
 
 
 WIDE = 128

@@ -15,13 +15,29 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
+from pathlib import Path
+
+from .budget import Budget
 from .evaluation import LENGTH_PENALTY, score, translate
-from .run import Run
+from .run import Run, open_run, write_decoding
+from .settings import TrainSettings
 
 WIDTHS = (1, 2, 4, 6)
 """Beam widths tried (1: greedy search); on the Tatoeba list 6 and 8 scored as 4 did, at 1.5 and 2x the cost."""
 PENALTIES = (0.0, 1.0)
 """Length penalties tried at the best width, besides LENGTH_PENALTY."""
+
+
+def keep_decoding(directory: Path, settings: TrainSettings, budget: Budget | None,
+                  clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Choose the decoding of the trained run in `directory` (by BLEU for a corpus, exact match for
+    a task; within a --time `budget`, leaving time for the test report) and keep it in run.json."""
+    run = open_run(directory, settings.device)
+    chosen = choose_decoding(run, "bleu" if settings.data else "exact_match",
+                             budget.deadline if budget else None,
+                             len(run.held_out("test")) / len(run.held_out("valid")), clock)
+    write_decoding(directory, chosen)
+    return chosen
 
 
 def choose_decoding(run: Run, metric: str, deadline: float | None = None, report_share: float = 0.0,

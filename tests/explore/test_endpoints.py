@@ -183,6 +183,15 @@ def test_module_calls_fold_into_boxes(run_explorer):
 
 # -- translate and training, on a tiny trained run ---------------------------------------------
 
+def test_the_page_decodes_as_the_run_chose_on_its_validation_set(run_url, tiny_run):
+    """The beam width shown first, and the length penalty used, are the run's (run.json), as for `translate`."""
+    chosen = json.loads((tiny_run / "run.json").read_text())["decoding"]
+    assert get(run_url + "/api/info")[1]["beam"] == chosen["beam"]
+    cli = run_cli("translate", "--checkpoint", str(tiny_run), "--beam", "3", "abcdefghij")
+    status, page = post(run_url + "/api/translate", {"sentence": "abcdefghij", "beam": 3})
+    assert status == 200 and page["output"] == cli.stdout.strip()
+
+
 def test_beam_tree_winner_is_the_cli_translation(run_url, tiny_run):
     sentence = "abcdefghij"
     for beam in (1, 3):

@@ -72,10 +72,11 @@ def test_evaluate_json_matches_a_recomputation(trained):
     assert set(metrics) == {"exact_match", "token_accuracy", "bleu", "chrf", "n", "references"}
     run = open_run(trained)
     sources = run.held_out("test")
-    from models.translate.cli import BEAM
     from models.translate.evaluation import translate
 
-    outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers, BEAM)
+    beam, penalty = run.decoding()  # chosen on the validation set by train
+    outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers, beam,
+                        length_penalty=penalty)
     exact = 100 * np.mean([o in refs for o, (_, refs) in zip(outputs, sources)])
     assert metrics["n"] == len(sources) and metrics["exact_match"] == pytest.approx(exact)
 

@@ -171,3 +171,58 @@ def test_a_small_corpus_is_told_how_many_epochs_it_makes(tmp_path):
     assert result.returncode == 0 and line, result.stdout + result.stderr
     pairs, steps, batch, epochs = map(int, line.groups())
     assert (steps, batch) == (3, 50) and epochs == round(150 / pairs)
+
+
+def test_train_keeps_the_decoding_that_scored_best_on_validation(corpus_run):
+    """Each try in run.json is recomputed here (translate + sacrebleu on the validation sources);
+    the chosen one is the best, the first of equals (the narrowest beam); train printed it."""
+    from models.translate.evaluation import score, translate
+    from models.translate.tuning import PENALTIES, WIDTHS
+
+    _, out, stdout = corpus_run
+    chosen = json.loads((out / "run.json").read_text())["decoding"]
+    run = open_run(out)
+    sources = run.held_out("valid")
+    for tried in chosen["tried"]:
+        outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers,
+                            tried["beam"], length_penalty=tried["length_penalty"])
+        assert tried["bleu"] == pytest.approx(score(outputs, [r for _, r in sources], run.tokenizers[1])["bleu"],
+                                              abs=0.01)
+    assert [t["beam"] for t in chosen["tried"]][:len(WIDTHS)] == list(WIDTHS)
+    best = max(t["bleu"] for t in chosen["tried"])
+    first_best = next(t for t in chosen["tried"] if t["bleu"] == best)
+    assert (chosen["beam"], chosen["length_penalty"]) == (first_best["beam"], first_best["length_penalty"])
+    if chosen["beam"] > 1:  # the penalties were tried at the best width
+        assert {t["length_penalty"] for t in chosen["tried"] if t["beam"] == chosen["beam"]} >= set(PENALTIES)
+    assert "decoding chosen on validation BLEU" in stdout
+    assert run.decoding() == (chosen["beam"], chosen["length_penalty"])
+
+
+def test_evaluate_and_translate_decode_as_the_run_chose_unless_told(corpus_run, tmp_path):
+    _, out, _ = corpus_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    run_json = json.loads((copy / "run.json").read_text())
+    run_json["decoding"] = {**run_json["decoding"], "beam": 3, "length_penalty": 1.5}
+    (copy / "run.json").write_text(json.dumps(run_json))
+    sources = open_run(copy).held_out("test")
+    text = "\n".join(s for s, _ in sources) + "\n"
+
+    def outputs(*flags):
+        done = run_cli("translate", "--checkpoint", str(copy), *flags, stdin=text)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def evaluated(*flags):
+        done = run_cli("evaluate", "--checkpoint", str(copy), "--json", *flags)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert outputs() == outputs("--beam", "3", "--length-penalty", "1.5") != outputs("--beam", "1")
+    assert evaluated() == evaluated("--beam", "3", "--length-penalty", "1.5")
+    assert outputs("--beam", "1") == outputs("--beam", "1", "--length-penalty", "0")  # greedy has no penalty
+    assert "beam 3, length penalty 1.5" in run_cli("evaluate", "--checkpoint", str(copy)).stdout
+    run_json["decoding"]["beam"] = 0
+    (copy / "run.json").write_text(json.dumps(run_json))
+    done = run_cli("evaluate", "--checkpoint", str(copy))
+    assert done.returncode == 2 and "run.json is damaged: its decoding" in done.stderr

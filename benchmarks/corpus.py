@@ -1,0 +1,186 @@
+"""What each default of `train --data` buys on your own corpus: the ablation table of docs/translate.md.
+
+    python benchmarks/corpus.py CORPUS [--time 10m] [--clock cpu] [--rows before,time,...] [--seeds 2]
+                                       [--write-docs]
+
+Each row trains the corpus (the file is yours: it is not in the repository) in a fresh
+process, as `python -m models train --data CORPUS` does, with the defaults and one change,
+"-" a default taken away or "+" one added; "before" is the defaults issue 34 started from
+(4,000 steps of one process). Every row scores its held-out test split with greedy
+search, with beam 4 (the fixed decoding before), and with the beam and length penalty the
+run chose on its validation set, and gives chrF of that last, the steps it made and the
+CPU seconds of all its processes. The last rows are the defaults with other seeds, to
+show how much a figure moves by chance. Then the curve of BLEU against beam width, on the
+validation set (what the run chose on) and the test set, for the defaults' run.
+
+--clock cpu counts each run's --time budget in the CPU seconds of its (first) process, not
+wall seconds: on a machine shared with other work, each run then still gets the compute
+an idle machine would give it in that time (about: a busy machine's caches slow a step
+too). Run alone, the default (wall) is what `train` does.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from report import written_to_docs
+
+REPO = Path(__file__).resolve().parents[1]
+# name -> (what the row changes, settings given, processes: None for train's own choice)
+ROWS = {
+    "before": ("before: 4,000 steps, one process, beam 4", {"steps": 4000, "subword_sampling": 0.0}, 1),
+    "time": ("--time alone (one process)", {"subword_sampling": 0.0}, 1),
+    "sampling": ("--time, + subword sampling 0.1 (one process)", {"subword_sampling": 0.1}, 1),
+    "processes": ("--time, + 2 processes", {"subword_sampling": 0.0}, 2),
+    "defaults": ("the defaults", {}, None),
+}
+WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
+
+
+def child(given: dict, clock: str) -> None:
+    """One run, as `train` makes it, with its --time counted on `clock`; rank 0 prints one JSON line."""
+    sys.path.insert(0, str(REPO))
+    import tinygrad_tx.distributed as dist
+    from models.translate.budget import process_started
+    from models.translate.evaluation import score, translate
+    from models.translate.run import open_run
+    from models.translate.settings import settings_for
+    from models.translate.training import Trainer
+    from models.translate.tuning import keep_decoding
+
+    class Silent:
+        total = 0
+
+        def update(self, n): pass
+        def set_postfix(self, **kw): pass
+        def write(self, text): pass
+        def refresh(self): pass
+
+    dist.init()
+    cpu = clock == "cpu"
+    settings = settings_for(given)
+    trainer = Trainer(settings, 0.0 if cpu else process_started(), time.process_time if cpu else time.perf_counter)
+    trainer.start()
+    outcome = trainer.train(Silent())
+    if not trainer.main:
+        return
+    chosen = keep_decoding(trainer.dir, settings, trainer.budget, time.process_time if cpu else time.perf_counter)
+    run = open_run(trainer.dir)
+    sources = run.held_out("test")
+    texts, references = [s for s, _ in sources], [refs for _, refs in sources]
+    scores = {}
+    for name, (beam, penalty) in {"greedy": (1, 0.6), "beam 4": (4, 0.6),
+                                  "chosen": (chosen["beam"], chosen["length_penalty"])}.items():
+        outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam,
+                            length_penalty=penalty)
+        scores[name] = score(outputs, references, run.tokenizers[1])
+    print(json.dumps({"outcome": outcome, "steps": trainer.step, "processes": dist.world_size(),
+                      "decoding": chosen, **{name: {"bleu": m["bleu"], "chrf": m["chrf"]} for name, m in
+                                             scores.items()}}))
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(corpus: str, row: str, seed: int, budget: str, clock: str, out: Path) -> dict:
+    """Train and score one row in fresh processes; its JSON line, with the CPU seconds of all of them."""
+    _, given, processes = ROWS[row]
+    given = {"data": corpus, "out": str(out), "seed": seed, **given}
+    if "steps" not in given:
+        given["time"] = budget
+    if processes is None:
+        sys.path.insert(0, str(REPO))
+        from models.translate.launch import auto_processes
+        from models.translate.settings import settings_for
+
+        settings = settings_for(given)
+        processes = auto_processes(True, settings.d_model, settings.batch_size)
+    command = [sys.executable, __file__, "--child", json.dumps(given), "--clock", clock]
+    if processes > 1:
+        from models.translate.launch import mpiexec
+
+        command = [mpiexec(), "-n", str(processes), *command]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    before = children_cpu()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    return {**json.loads(done.stdout.splitlines()[-1]), "cpu_s": children_cpu() - before}
+
+
+def curve(run_dir: Path) -> list[tuple[int, float, float]]:
+    """(width, validation BLEU, test BLEU) at the run's chosen length penalty, for each of WIDTHS."""
+    from models.translate.evaluation import score, translate
+    from models.translate.run import open_run
+
+    run = open_run(run_dir)
+    penalty = run.decoding()[1]
+    rows = []
+    for width in WIDTHS:
+        bleu = []
+        for split in ("valid", "test"):
+            sources = run.held_out(split)
+            outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers,
+                                width, length_penalty=penalty)
+            bleu.append(score(outputs, [refs for _, refs in sources], run.tokenizers[1])["bleu"])
+        rows.append((width, *bleu))
+    return rows
+
+
+def decoding_text(chosen: dict) -> str:
+    return "greedy" if chosen["beam"] == 1 else f"beam {chosen['beam']}, α {chosen['length_penalty']:g}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="?")
+    parser.add_argument("--time", default="10m", help="each run's budget (default 10m)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--seeds", type=int, default=2, help="seeds of the defaults' row (default 2)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(json.loads(args.child), args.clock)
+        return
+    if not args.corpus or not Path(args.corpus).is_file():
+        parser.error(f"give the corpus file to train on: {args.corpus!r} is not a file")
+    rows = args.rows.split(",")
+    unknown = set(rows) - set(ROWS)
+    if unknown:
+        parser.error(f"unknown rows {sorted(unknown)}; known: {', '.join(ROWS)}")
+    clock = "CPU seconds" if args.clock == "cpu" else "wall seconds"
+    print(f"{Path(args.corpus).name}, --time {args.time} ({clock}); test BLEU with greedy search, beam 4 and the "
+          f"decoding chosen on the validation set\n")
+    print("| run | steps | BLEU greedy | BLEU beam 4 | BLEU chosen (decoding) | chrF | CPU s |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [(row, 0) for row in rows if row != "defaults"]
+        jobs += [("defaults", seed) for seed in range(args.seeds)] if "defaults" in rows else []
+        for row, seed in jobs:
+            r = measure(args.corpus, row, seed, args.time, args.clock, Path(tmp) / f"{row}-{seed}")
+            plural = "es" if r["processes"] > 1 else ""
+            what = ROWS[row][0] + (f", {r['processes']} process{plural}" if row == "defaults" else "")
+            print(f"| {what}{f', seed {seed}' if row == 'defaults' else ''} | {r['steps']:,} "
+                  f"| {r['greedy']['bleu']:.1f} | {r['beam 4']['bleu']:.1f} | {r['chosen']['bleu']:.1f} "
+                  f"({decoding_text(r['decoding'])}) | {r['chosen']['chrf']:.1f} | {r['cpu_s']:.0f} |", flush=True)
+        if "defaults" in rows:
+            print("\nBLEU against beam width (the defaults' run, seed 0, its chosen length penalty; width 1 is "
+                  "greedy search)\n")
+            print("| beam width | " + " | ".join(map(str, WIDTHS)) + " |")
+            print("|---|" + "---|" * len(WIDTHS))
+            points = curve(Path(tmp) / "defaults-0")
+            print("| validation | " + " | ".join(f"{v:.1f}" for _, v, _ in points) + " |")
+            print("| test | " + " | ".join(f"{t:.1f}" for _, _, t in points) + " |")
+
+
+if __name__ == "__main__":
+    with written_to_docs("corpus", markdown=True):
+        main()

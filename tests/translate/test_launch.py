@@ -1,0 +1,66 @@
+"""`train --data` on every idle core: counting idle cores, how many processes to start, and the
+run that starts them itself under mpiexec."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.translate import cli, launch
+from models.translate.settings import settings_for
+
+from ..distributed.test_distributed import needs_mpi
+from .test_cli import run_cli
+from .test_corpus_cli import write_anki
+
+# user nice system idle iowait irq softirq steal (guest columns ignored)
+STAT = "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 {} 0 {} {} {} 0 0 {} 0 0\ncpu1 {} 0 0 {} 0 0 0 0 0 0\nintr 5 5\n"
+
+
+def test_idle_cores_counts_the_allowed_cores_idle_three_quarters_of_the_time():
+    """cpu0: 100 ticks, 80 idle or iowait (idle); cpu1: 100 ticks, 70 idle (busy); cpu0 again with
+    20 of its 100 ticks stolen by the hypervisor, so 60 idle (busy)."""
+    before = launch.core_ticks(STAT.format(0, 0, 0, 0, 0, 0, 0))
+    assert before == {"cpu0": (0, 0), "cpu1": (0, 0)}
+    after = launch.core_ticks(STAT.format(10, 10, 50, 30, 0, 30, 70))
+    assert after == {"cpu0": (80, 100), "cpu1": (70, 100)}
+    assert launch.count_idle(before, after, {"cpu0", "cpu1"}) == 1
+    assert launch.count_idle(before, after, {"cpu1"}) == 0  # cpu0 is not this process's to use
+    stolen = launch.core_ticks(STAT.format(10, 10, 30, 30, 20, 30, 70))
+    assert launch.count_idle(before, stolen, {"cpu0", "cpu1"}) == 0
+    assert 1 <= launch.idle_cores(0.05) <= len(__import__("os").sched_getaffinity(0))
+
+
+def test_only_a_corpus_model_wide_enough_runs_on_every_idle_core(monkeypatch):
+    monkeypatch.setattr(launch, "idle_cores", lambda: 8)
+    assert launch.auto_processes(True, 128, 96) == 3  # at least 32 pairs of each batch a process
+    assert launch.auto_processes(True, 128, 256) == 8
+    assert launch.auto_processes(True, 64, 96) == 1  # a small corpus's model: per-op costs, no gain
+    assert launch.auto_processes(False, 128, 96) == 1  # a task
+    monkeypatch.setattr(launch, "idle_cores", lambda: 1)
+    assert launch.auto_processes(True, 128, 96) == 1  # a busy machine
+
+
+def test_processes_asked_for_without_mpi_is_one_clear_error(monkeypatch, tmp_path):
+    settings = settings_for({"data": str(write_anki(tmp_path / "fra.txt", n_sources=40))})
+    monkeypatch.setattr(cli, "can_launch", lambda: "mpi4py is not installed")
+    with pytest.raises(ValueError, match=r"--processes 2: mpi4py is not installed: pip install"):
+        cli.train_processes(2, settings)
+    assert cli.train_processes(1, settings) == 1
+    monkeypatch.setattr(cli, "auto_processes", lambda *args: 2)
+    assert cli.train_processes(None, settings) == 1  # idle cores, but no mpi: one process, and a note
+
+
+@needs_mpi
+def test_train_starts_its_own_processes(tmp_path):
+    """`train --processes 2`, started without mpiexec, trains on 2 processes it started itself, which
+    time themselves and choose their steps together."""
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    out = tmp_path / "run"
+    done = run_cli("train", "--data", str(data), "--out", str(out), "--processes", "2", "--time", "90s",
+                   "--eval-every", "10", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
+                   "--batch-size", "16", "--vocab-size", "100")
+    assert done.returncode == 0, done.stderr
+    assert ", 2 processes," in done.stdout and "held-out test" in done.stdout
+    planned = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "planned_steps" in r]
+    assert len(planned) == 1 and f"of {planned[0]['planned_steps']} in" in done.stdout
