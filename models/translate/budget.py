@@ -4,8 +4,9 @@ Users think in minutes, and machines differ in speed: "train for 10 minutes" sho
 slow laptop and a fast desktop each the best model it can make in 10 minutes. So a run with
 a time budget measures itself and then chooses its number of steps: its first stretch of
 steps and its first validation give the seconds a step and a validation take, and the steps
-that fit in the time left become the end of the learning-rate schedule (which decays to
-that end, as it would to a --steps given by hand). That choice is saved in every checkpoint,
+that fit in the time left, up to --steps, become the end of the learning-rate schedule (which
+decays to that end, as it would to a --steps given by hand). A budget is a bound, not a
+target: a corpus's default --steps stops a small corpus once more epochs stop paying. That choice is saved in every checkpoint,
 so a resumed run keeps the schedule it chose, whatever the time then.
 
 The budget covers the whole `train` command, from reading the corpus to the final report;
@@ -67,12 +68,13 @@ class Budget:
         """Plan now, even without a validation yet: PLAN_BY of the training time is gone."""
         return now - training_started >= PLAN_BY * (self.training_ends - training_started)
 
-    def steps(self, now: float, step: int, step_s: float, validation_s: float, eval_every: int) -> int:
+    def steps(self, now: float, step: int, step_s: float, validation_s: float, eval_every: int, most: int) -> int:
         """The last step of the run: `step` plus the steps that fit before the training time ends,
         each taking `step_s` seconds and one in `eval_every` followed by a validation of
-        `validation_s` seconds (at least one more step, so the run ends with a validation)."""
+        `validation_s` seconds (at least one more step, so the run ends with a validation), and
+        at most `most`."""
         per_step = step_s + validation_s / eval_every
-        return step + max(1, math.floor((self.training_ends - now - validation_s) / per_step))
+        return min(most, step + max(1, math.floor((self.training_ends - now - validation_s) / per_step)))
 
     def training_over(self, now: float) -> bool:
         return now >= self.training_ends

@@ -163,8 +163,9 @@ def run_train(args: argparse.Namespace) -> None:
         say(f"left out {data.dropped} pairs longer than --max-len {settings.max_len} tokens")
     kinds = " -> ".join(t.kind for t in data.tokenizers)
     epochs = f"about {settings.steps * settings.batch_size / max(1, len(data.train_pairs)):.0f} epochs"
-    length = (f"steps of {settings.batch_size} to fit in --time {settings.time}, chosen once it has timed "
-              f"itself" if not trainer.planned else f"{settings.steps} steps of {settings.batch_size} ({epochs})")
+    length = (f"as many steps of {settings.batch_size} as fit in --time {settings.time} (at most {settings.steps}, "
+              f"{epochs}), chosen once it has timed itself" if not trainer.planned
+              else f"{settings.steps} steps of {settings.batch_size} ({epochs})")
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
         f"{length}, run directory {trainer.dir}")

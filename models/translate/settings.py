@@ -63,9 +63,10 @@ class TrainSettings:
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
                                      Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
     out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
-    steps: int = option(3000, "optimizer steps", WHOLE)
-    time: str | None = option(None, "train for this long instead (90s, 10m, 1h30m: the whole command, report "
-                                    "included): the run times its steps and chooses how many fit", metavar="DURATION")
+    steps: int = option(3000, "optimizer steps (with --time: at most)", WHOLE)
+    time: str | None = option(None, "train for at most this long (90s, 10m, 1h30m: the whole command, report "
+                                    "included): the run times its steps and makes as many as fit, up to --steps",
+                              metavar="DURATION")
     batch_size: int = option(64, "pairs a step, over all processes together", WHOLE)
     d_model: int = option(64, "model width", WHOLE, fixed=True)
     heads: int = option(4, "attention heads (must divide --d-model)", WHOLE, fixed=True)
@@ -107,25 +108,26 @@ def flag(name: str) -> str:
 def corpus_defaults(n_pairs: int) -> dict:
     """Model, vocabulary and schedule for a --data corpus of `n_pairs` pairs.
 
-    Sized so that 10-100k short pairs train in about 10 minutes of a 2-core laptop's
-    CPU: most of a step is the matrix products, and the output layer's share grows
-    with the vocabulary, so the vocabulary grows with the corpus (about one piece
-    per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96 pairs took 0.19 s with
-    2200 target pieces and 0.24 s with 6200); about 25 epochs, but no fewer than 1000 and
-    no more than 4000 steps of 96 pairs: a corpus under 3,840 pairs gets more than 25
-    epochs (216 pairs: about 440); `train` prints the epochs it will make. A small corpus
-    gets a smaller model, which overfits less. On the 18k-pair Tatoeba English-French
-    list this is 2300 pieces per side, 4 heads of a 128-wide model, 2 layers and 4000
-    steps (docs/translate.md: "Your own corpus", which has the measurements behind these
-    choices: in the same time, 2 layers and more steps beat
-    3 layers, batches of 96 beat 64, lr 2e-3 beat 1e-3 and 3e-3; fewer pieces, a shared
-    vocabulary, more dropout and checkpoint averaging did not pay).
+    Ten minutes (`--time 10m`): the run makes as many steps of 96 pairs as fit, on every
+    idle core (launch.py), up to about 60 epochs but at least 1000 steps (a corpus under
+    1,600 pairs gets more: 216 pairs, about 440 epochs; `train` prints what it chose). On
+    the 18k-pair Tatoeba English-French list, test BLEU was flat from 25 to 55 epochs, and
+    a small corpus need not take its ten minutes. Most of a step is the matrix products,
+    and the output layer's share grows with the vocabulary, so the vocabulary grows with
+    the corpus (about one piece per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96
+    pairs took 0.19 s with 2200 target pieces and 0.24 s with 6200). A small corpus gets a
+    smaller model, which overfits less. On the Tatoeba list this is 2300 pieces per side,
+    4 heads of a 128-wide model and 2 layers (docs/translate.md: "Your own corpus", which
+    has the measurements behind these choices: 2 layers and more steps beat 3 layers,
+    batches of 96 beat 64, lr 2e-3 beat 1e-3 and 3e-3, dropout 0.1 beat 0, 0.05, 0.2 and
+    0.3, a 128-wide model matched a 256-wide one in the same time; fewer pieces, a shared
+    vocabulary, subword sampling and checkpoint averaging did not pay).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
                 d_model=64 if small else 128, heads=4, layers=2, d_ff=256 if small else 512,
-                steps=int(min(4000, max(1000, round(25 * n_pairs / 96, -2)))), batch_size=96,
-                lr=2e-3, warmup=400, dropout=0.1, eval_every=500, time="10m")
+                steps=int(max(1000, round(60 * n_pairs / 96, -2))), batch_size=96, time="10m",
+                lr=2e-3, warmup=400, dropout=0.1, eval_every=500)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,10 +170,8 @@ def settings_for(given: dict) -> TrainSettings:
         else:
             defaults = TASKS[given["task"]].defaults if given.get("task") in TASKS else {}
         settings = TrainSettings(**{**defaults, **given})
-        if "steps" in given:  # steps given: the run ends there, not at a default time
+        if "steps" in given and "time" not in given:  # steps given alone: the run ends there, whenever
             settings.time = None
-            if "time" in given:
-                raise ValueError("give --steps or --time, not both")
         check_settings(settings)
         return settings
     directory = run_directory(TrainSettings(**given))
@@ -184,7 +184,7 @@ def settings_for(given: dict) -> TrainSettings:
             raise RunError(f"--resume: the run in {directory} was trained with {key} {saved.get(key)!r}, "
                            f"not {given[key]!r}; a resumed run keeps its data and model")
     settings = TrainSettings(**{**saved, **given, "out": str(directory)})
-    if "steps" in given:  # resumed with --steps: they end the run, not the steps its --time chose
+    if "steps" in given and "time" not in given:  # resumed with --steps: they end the run, not its --time
         settings.time = None
     check_settings(settings)
     return settings

@@ -72,8 +72,8 @@ class Trainer:
         self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
         self.step, self.best = 0, -1.0
         self._set_steps(settings.steps)
-        # --time: the steps are chosen once the run has timed itself (budget.py); until then
-        # settings.steps stands in, as the end the warm-up and the first validations see
+        # --time: the steps are chosen once the run has timed itself (budget.py), at most
+        # settings.steps, which until then stands in as the end the warm-up sees
         self.clock = clock
         self.budget = Budget(parse_duration(settings.time), started) if settings.time else None
         self.planned = self.budget is None
@@ -199,7 +199,7 @@ class Trainer:
                 now = self.clock()
             if self.timing.validations:
                 steps = self.budget.steps(now, self.step, self.timing.step_seconds(), self.timing.validation_seconds(),
-                                          self.s.eval_every)
+                                          self.s.eval_every, self.s.steps)
                 self.log({"step": self.step, "planned_steps": steps})
                 progress.write(f"--time {self.s.time}: {steps} steps of {self.s.batch_size} (about "
                                f"{steps * self.s.batch_size / max(1, len(self.data.train_pairs)):.0f} epochs), "

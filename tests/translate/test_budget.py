@@ -33,11 +33,13 @@ def test_a_duration_without_a_unit_or_above_zero_is_refused(text):
 
 def test_the_steps_a_budget_buys():
     """100 s from t=0: training ends at 90 s. At t=20 and step 200, steps of 0.05 s and a 1 s
-    validation every 100 steps: (90 - 20 - 1) / (0.05 + 1/100) = 1150 more steps."""
+    validation every 100 steps: (90 - 20 - 1) / (0.05 + 1/100) = 1150 more steps, unless --steps
+    allows fewer; and at least one more (a run that is out of time ends with a validation)."""
     budget = Budget(100, started=0.0)
     assert budget.training_ends == 100 * (1 - FINAL_SHARE) == 90
-    assert budget.steps(now=20, step=200, step_s=0.05, validation_s=1.0, eval_every=100) == 1350
-    assert budget.steps(now=89.9, step=200, step_s=0.05, validation_s=1.0, eval_every=100) == 201  # one at least
+    assert budget.steps(now=20, step=200, step_s=0.05, validation_s=1.0, eval_every=100, most=5000) == 1350
+    assert budget.steps(now=20, step=200, step_s=0.05, validation_s=1.0, eval_every=100, most=1000) == 1000
+    assert budget.steps(now=89.9, step=200, step_s=0.05, validation_s=1.0, eval_every=100, most=5000) == 201
     assert not budget.training_over(89.9) and budget.training_over(90)
 
 
@@ -51,8 +53,8 @@ class Clock:
         return self.now
 
 
-def timed_trainer(out, clock: Clock, time="4s", resume=False) -> Trainer:
-    settings = TrainSettings(task="reverse", out=str(out), time=time, steps=1000, eval_every=10, log_every=1,
+def timed_trainer(out, clock: Clock, time="4s", resume=False, steps=1000) -> Trainer:
+    settings = TrainSettings(task="reverse", out=str(out), time=time, steps=steps, eval_every=10, log_every=1,
                              d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16, n_held_out=20,
                              dropout=0.2, resume=resume)
     trainer = Trainer(settings, started=0.0, clock=clock)
@@ -73,6 +75,15 @@ def timed_trainer(out, clock: Clock, time="4s", resume=False) -> Trainer:
 
 def records(out, key):
     return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if key in r]
+
+
+def test_a_timed_run_stops_at_its_steps_if_they_come_first(tmp_path):
+    """The same run as below, at most 40 steps: the budget would buy 51, --steps allows 40."""
+    trainer = timed_trainer(tmp_path / "run", Clock(), steps=40)
+    trainer.start()
+    assert trainer.train(Quiet()) == "done"
+    assert records(tmp_path / "run", "planned_steps") == [{"step": 10, "planned_steps": 40}]
+    assert trainer.step == 40 and trainer.schedule.lr_at(40) == pytest.approx(0.05 * trainer.s.lr)
 
 
 def test_a_timed_run_chooses_its_steps_and_decays_to_them(tmp_path):
@@ -130,10 +141,10 @@ def test_time_is_the_default_for_a_corpus_and_steps_replace_it(tmp_path):
     corpus = tmp_path / "pairs.tsv"
     corpus.write_text("".join(f"w{i} x\tv{i} y\n" for i in range(100)))
     assert settings_for({"data": str(corpus)}).time == "10m"
-    assert settings_for({"data": str(corpus), "steps": 50}).time is None
+    assert settings_for({"data": str(corpus), "steps": 50}).time is None  # steps alone: exactly those
     assert settings_for({"data": str(corpus), "time": "2m"}).time == "2m"
+    both = settings_for({"data": str(corpus), "steps": 50, "time": "2m"})  # at most 50 steps, at most 2 minutes
+    assert (both.steps, both.time) == (50, "2m")
     assert settings_for({"task": "copy"}).time is None
-    with pytest.raises(ValueError, match="give --steps or --time, not both"):
-        settings_for({"data": str(corpus), "steps": 50, "time": "2m"})
     done = run_cli("train", "--task", "copy", "--time", "ten", "--out", str(tmp_path / "no"))
     assert done.returncode == 2 and "--time must be a duration" in done.stderr and not (tmp_path / "no").exists()
