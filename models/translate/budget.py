@@ -16,10 +16,12 @@ training stops at the end of its share with the model it has (and `--resume` can
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import time
+from typing import Callable, Iterator
 
 FINAL_SHARE = 0.1
 """Of the budget, what is kept for choosing the decoding and the final report (on the 18k-pair
@@ -78,3 +80,32 @@ class Budget:
 
     def training_over(self, now: float) -> bool:
         return now >= self.training_ends
+
+
+class Timing:
+    """The seconds a training step and a validation take, by `clock`: what a budget's plan needs."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock, self.started = clock, clock()
+        self.at: list[tuple[int, float]] = []  # (step, seconds of training so far) after each step
+        self.validations: list[float] = []  # the seconds of each
+        self.validating_s = 0.0  # of them all
+
+    def stepped(self, step: int) -> None:
+        self.at.append((step, self.clock() - self.started - self.validating_s))
+
+    def step_seconds(self) -> float:
+        """Over the later half of the steps so far: the first ones record the jit's traces and
+        take longer than the rest will."""
+        (s0, t0), (s1, t1) = self.at[len(self.at) // 2], self.at[-1]
+        return (t1 - t0) / max(1, s1 - s0)
+
+    def validation_seconds(self) -> float:
+        return max(self.validations)
+
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        begun = self.clock()
+        yield
+        self.validations.append(self.clock() - begun)
+        self.validating_s += self.validations[-1]

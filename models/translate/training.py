@@ -15,6 +15,11 @@ step before every step, so no generator state needs saving, on CPU or GPU). So a
 interrupted run resumed from its last checkpoint computes the very same losses as one that
 was never interrupted.
 
+With `--time`, the run chooses its own last step once it has timed itself (budget.py);
+rank 0 times and decides, and its word reaches every rank through the small all-reduce
+that every step makes anyway, as an interruption does, so every rank changes its schedule,
+or stops, at the same step. The choice is saved in the checkpoints, so a resumed run keeps it.
+
 Started by `mpiexec -n N`, the same run is data-parallel (`tinygrad_tx.distributed`):
 `--batch-size` stays the global batch, and each process trains on its share of every
 batch of the same seeded order, so the data a step sees does not depend on N and a run
@@ -23,7 +28,6 @@ directory; every rank reads it (on several hosts it must be on a shared file sys
 """
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from typing import Callable
@@ -36,7 +40,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import optim
 
 from .averaging import Average, snapshot_steps
-from .budget import Budget, parse_duration
+from .budget import Budget, Timing, parse_duration
 from ..text.data import PAD_ID
 from .evaluation import score, translate
 from .plots import plot_curves
@@ -77,7 +81,7 @@ class Trainer:
         self.clock = clock
         self.budget = Budget(parse_duration(settings.time), started) if settings.time else None
         self.planned = self.budget is None
-        self.timing = _Timing(clock)
+        self.timing = Timing(clock)
         self.lock = None
         self.warned_no_plot = False
 
@@ -331,29 +335,3 @@ def token_mean(logits: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor, label
                                reduction="sum")  # ()
     return loss_sum / (n_tokens / dist.world_size())
 
-
-class _Timing:
-    """Seconds a training step and a validation take, by `clock`, for a --time budget's plan."""
-
-    def __init__(self, clock: Callable[[], float]):
-        self.clock, self.started = clock, clock()
-        self.at: list[tuple[int, float]] = []  # (step, training seconds so far) after each step
-        self.validations: list[float] = []  # seconds of each
-
-    def stepped(self, step: int) -> None:
-        self.at.append((step, self.clock() - self.started - sum(self.validations)))
-
-    def step_seconds(self) -> float:
-        """Over the later half of the steps so far: the first ones record the jit's traces and
-        take longer than the rest will."""
-        (s0, t0), (s1, t1) = self.at[len(self.at) // 2], self.at[-1]
-        return (t1 - t0) / max(1, s1 - s0)
-
-    def validation_seconds(self) -> float:
-        return max(self.validations)
-
-    @contextlib.contextmanager
-    def validating(self):
-        begun = self.clock()
-        yield
-        self.validations.append(self.clock() - begun)
