@@ -40,7 +40,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import optim
 
 from .averaging import Average, snapshot_steps
-from .budget import Budget, Timing, parse_duration
+from .budget import PLAN_AT_VALIDATION, Budget, Timing, parse_duration
 from ..text.data import PAD_ID
 from .evaluation import score, translate
 from .plots import plot_curves
@@ -192,16 +192,18 @@ class Trainer:
 
     def _budget_news(self, progress) -> tuple[int, int]:
         """Rank 0's word on the --time budget before the next step: the last step it chose, once,
-        when the run has timed a stretch of steps and a validation (0 otherwise), and whether the
-        training time is up. Without a budget, (0, 0)."""
+        when the run has timed its steps up to its second validation, or a quarter of its training
+        time, and a validation (0 otherwise); and whether the training time is up. Without a
+        budget, (0, 0)."""
         if not self.main or self.budget is None:
             return 0, 0
         now = self.clock()
         if not self.planned and self.step > 0:
-            if not self.timing.validations and self.budget.plan_due(now, self.timing.started):
+            due = self.budget.plan_due(now, self.timing.started)
+            if due and not self.timing.validations:
                 self.validate(progress)  # no validation yet: time one now
                 now = self.clock()
-            if self.timing.validations:
+            if len(self.timing.validations) >= PLAN_AT_VALIDATION or due:
                 steps = self.budget.steps(now, self.step, self.timing.step_seconds(), self.timing.validation_seconds(),
                                           self.s.eval_every, self.s.steps)
                 self.log({"step": self.step, "planned_steps": steps})

@@ -82,17 +82,17 @@ def test_a_timed_run_stops_at_its_steps_if_they_come_first(tmp_path):
     trainer = timed_trainer(tmp_path / "run", Clock(), steps=40)
     trainer.start()
     assert trainer.train(Quiet()) == "done"
-    assert records(tmp_path / "run", "planned_steps") == [{"step": 10, "planned_steps": 40}]
+    assert records(tmp_path / "run", "planned_steps") == [{"step": 20, "planned_steps": 40}]
     assert trainer.step == 40 and trainer.schedule.lr_at(40) == pytest.approx(0.05 * trainer.s.lr)
 
 
 def test_a_timed_run_chooses_its_steps_and_decays_to_them(tmp_path):
-    """4 s: training ends at 3.6 s. Timed at the first validation (step 10, t = 0.1 + 0.5):
-    10 + floor((3.6 - 0.6 - 0.5) / (0.01 + 0.5 / 10)) = 51 steps."""
+    """4 s: training ends at 3.6 s. Timed at the second validation (step 20, t = 0.2 + 2 x 0.5):
+    20 + floor((3.6 - 1.2 - 0.5) / (0.01 + 0.5 / 10)) = 51 steps."""
     trainer = timed_trainer(tmp_path / "run", Clock())
     trainer.start()
     assert trainer.train(Quiet()) == "done"
-    assert records(tmp_path / "run", "planned_steps") == [{"step": 10, "planned_steps": 51}]
+    assert records(tmp_path / "run", "planned_steps") == [{"step": 20, "planned_steps": 51}]
     assert trainer.step == trainer.s.steps == 51
     assert [r["step"] for r in records(tmp_path / "run", "valid_bleu")] == [10, 20, 30, 40, 50, 51]
     lrs = [r["lr"] for r in records(tmp_path / "run", "lr")]
