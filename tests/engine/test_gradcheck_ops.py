@@ -396,7 +396,7 @@ def test_transposed_inputs_really_are_non_contiguous():
 
 def test_gradcheck_catches_a_wrong_gradient(device):
     """The checker itself must fail on a wrong softmax backward that is right for a constant g."""
-    from tinygrad_tx.autograd import OnceDifferentiable
+    from tinygrad_tx.function import OnceDifferentiable
 
     class DiagonalSoftmax(OnceDifferentiable, register=False):
         def forward(self, x):
@@ -416,7 +416,7 @@ def test_gradcheck_catches_a_wrong_gradient(device):
 
 def test_gradcheck_of_a_large_input_probes_random_directions(device):
     """Past `max_elements` the check compares directional derivatives; they must still catch a bug."""
-    from tinygrad_tx.autograd import Function
+    from tinygrad_tx.function import Function
 
     class Square(Function, register=False):
         slope = 2.0

@@ -5,12 +5,12 @@ gradient in the broadcast shape and the engine sums it back to each input's
 shape, so no op here repeats that bookkeeping (but MatMul, see there). Gradients are only computed for
 inputs that want one (`needs_grad`): constants such as the 2 in `x * 2` cost nothing.
 Backward formulas use operators only, so they read the same on arrays and on
-Tensors (see `autograd`).
+Tensors (see `function.py`, "How to add an op").
 """
 from __future__ import annotations
 
-from ..autograd import Function, sum_to
-from ..tensor import Tensor
+from ..backward import sum_to
+from ..function import Function
 from .kernels import column_sums
 
 
@@ -142,27 +142,3 @@ class Linear(Function):
         gw = x.T @ g if self.needs_grad[1] else None  # (in, out)
         gb = column_sums(self.xp, g) if self.needs_grad[2] else None  # (out,)
         return gx, gw, gb
-
-
-def matmul(x: Tensor, y: Tensor) -> Tensor:
-    """`x @ y` with NumPy's rules, arranged so BLAS sees the largest 2-D products.
-
-    A stack of rows times one matrix, (B, T, k) @ (k, m), becomes one (B·T, k) @ (k, m)
-    product, and its weight gradient one (k, B·T) @ (B·T, m) product, instead of B
-    small ones whose results must then be summed. 1-D operands are treated as NumPy
-    does (a row or a column, dropped from the result).
-    """
-    if x.ndim == 0 or y.ndim == 0:
-        raise ValueError(f"matmul: scalar operands are not allowed (shapes {x.shape} and {y.shape}); use *")
-    if x.shape[-1] != y.shape[-2 if y.ndim > 1 else 0]:
-        raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not align "
-                         f"({x.shape[-1]} != {y.shape[-2 if y.ndim > 1 else 0]})")
-    if x.ndim == 1:
-        return matmul(x.reshape(1, -1), y).reshape(*y.shape[:-2], y.shape[-1]) if y.ndim > 1 \
-            else (x * y).sum()
-    if y.ndim == 1:
-        return matmul(x, y.reshape(-1, 1)).reshape(x.shape[:-1])
-    if y.ndim == 2 and x.ndim > 2:
-        flat = MatMul.apply(x.reshape(-1, x.shape[-1]), y)  # (B·T, m)
-        return flat.reshape(*x.shape[:-1], y.shape[-1])
-    return MatMul.apply(x, y)

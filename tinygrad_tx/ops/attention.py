@@ -14,13 +14,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import observers
-from ..autograd import OnceDifferentiable
-from ..tensor import Tensor
+from ..function import OnceDifferentiable
 from .nn import dropout_mask
 from .kernels import row_dots, row_max, row_sums
 from .precision import in_float32
-from .select import as_mask
 
 
 def attention_weights(xp, q, k, keep, scale):
@@ -112,32 +109,3 @@ def causal_mask(t_q: int, t_k: int, backend) -> object:
     queries are the last t_q positions. For t_q == t_k this is the usual lower triangle.
     """
     return backend.from_host(np.tri(t_q, t_k, k=t_k - t_q, dtype=bool))
-
-
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, causal: bool = False,
-                                 dropout_p: float = 0.0, return_weights: bool = False):
-    """softmax(q kᵀ / √d + mask) v on (..., T, d) tensors.
-
-    `mask`: boolean, broadcastable to (..., T_q, T_k), True = may attend.
-    `causal`: also hide keys after each query's position.
-    `return_weights`: also return the attention weights (..., T_q, T_k), for pictures.
-    """
-    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit "
-                         "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, d_v))")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"attention: dtype mismatch q {q.dtype}, k {k.dtype}, v {v.dtype}; cast with .astype()")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"attention: dropout_p must be in [0, 1), not {dropout_p}")
-    mask = None if mask is None else as_mask(mask, q.backend, "scaled_dot_product_attention")
-    scale = 1 / math.sqrt(q.shape[-1])
-    out = Attention.apply(q, k, v, mask=mask, causal=causal, dropout_p=dropout_p, scale=scale)
-    if not return_weights:
-        return out
-    # no node is kept under no_grad, so there the weights are computed once more
-    keep = attention_keep(q.backend, mask, causal, q.shape[-2], k.shape[-2])
-    weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
-        q.backend.xp, q.data, k.data, keep, scale)
-    weights = q.backend.cast(weights, q.dtype)  # float16 attention keeps its weights in float32
-    observers.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
-    return out, Tensor._from_op(weights, q.backend)

@@ -7,7 +7,7 @@ once-differentiable.
 """
 from __future__ import annotations
 
-from ..autograd import OnceDifferentiable
+from ..function import OnceDifferentiable
 from .kernels import column_dots, column_sums, row_dots, row_sums
 from .precision import in_float32
 

@@ -13,9 +13,7 @@ is no loss to report, and 0 would pass for a perfect prediction.
 """
 from __future__ import annotations
 
-from ..autograd import OnceDifferentiable
-from ..tensor import Tensor
-from .nn import as_ids
+from ..function import OnceDifferentiable
 from .kernels import row_sums
 from .precision import in_float32
 from .select import check_range
@@ -71,21 +69,3 @@ class CrossEntropy(OnceDifferentiable):
             gx -= (eps / C * scale)[:, None]
         gx[self.rows, self.target] -= (1 - eps) * scale
         return gx.reshape(logits.shape), None
-
-
-def cross_entropy(logits: Tensor, target, ignore_index: int | None = None,
-                  label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
-    """Cross-entropy of `logits` (..., C) against integer `target` (...), classes on the last axis."""
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, not {reduction!r}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], not {label_smoothing}")
-    if logits.ndim == 0 or logits.dtype.kind != "f":
-        raise TypeError(f"cross_entropy: logits must be a floating tensor with a class axis, "
-                        f"not {logits.dtype} of shape {logits.shape}")
-    target = as_ids(target, logits.device, "cross_entropy: targets")
-    if target.shape != logits.shape[:-1]:
-        raise ValueError(f"cross_entropy: logits of shape {logits.shape} need targets of shape "
-                         f"{logits.shape[:-1]}, got {target.shape}")
-    return CrossEntropy.apply(logits, target, ignore_index=ignore_index,
-                              label_smoothing=label_smoothing, reduction=reduction)

@@ -1,26 +1,13 @@
-"""Embedding lookup and dropout."""
+"""Embedding lookup and dropout (their ways in: `tinygrad_tx.functional`)."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..autograd import Function, OnceDifferentiable
 from ..backend import Backend
-from ..tensor import Tensor
+from ..function import Function, OnceDifferentiable
 from .select import check_range
-
-
-def as_ids(ids: Any, device: str, what: str = "ids", ndim: int | None = None) -> Tensor:
-    """Integer ids (a Python int or list, a NumPy array or a Tensor) as an integer Tensor on
-    `device`, of `ndim` dimensions if given."""
-    if not isinstance(ids, Tensor):
-        ids = Tensor(np.asarray(ids) if isinstance(ids, (list, tuple, int)) else ids, device=device)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"{what} must be integers, not {ids.dtype}")
-    if ndim is not None and ids.ndim != ndim:
-        raise ValueError(f"{what} must have {ndim} dimensions, not shape {ids.shape}")
-    return ids
 
 
 def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
@@ -51,12 +38,6 @@ class Embedding(OnceDifferentiable):
         return gw, None
 
 
-def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """`weight[ids]` for integer `ids` of any shape: (...,) -> (..., D)."""
-    ids = as_ids(ids, weight.device, "embedding: ids")
-    return Embedding.apply(weight, ids, padding_idx=padding_idx)
-
-
 class Dropout(Function):
     """Zero each element with probability p and scale the rest by 1/(1-p) (`dropout_mask`)."""
 
@@ -68,11 +49,3 @@ class Dropout(Function):
 
     def backward(self, g, x):
         return (g * self.scaled_keep,)
-
-
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1), not {p}")
-    if not training or p == 0.0:
-        return x
-    return Dropout.apply(x, p=p)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..autograd import Function, sum_to
 from ..backend import widened_sum
+from ..backward import sum_to
+from ..function import Function
 
 
 class Sum(Function):

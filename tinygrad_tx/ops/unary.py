@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import Function, OnceDifferentiable
+from ..function import Function, OnceDifferentiable
 from .precision import in_float32
 
 
