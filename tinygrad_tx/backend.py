@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import host_kernels, observers
+from . import host_kernels
 from .observers import replayable
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
@@ -62,6 +62,13 @@ class Backend:
         """
         return data
 
+    def memory(self, array: Any) -> Any:
+        """The array that owns `array`'s memory: `array` itself, or the array it is a view of
+        (NumPy and CuPy name it `base`). In-place changes are recorded by it (`in_place`), so a
+        view and its base share them."""
+        base = array.base
+        return base if isinstance(base, self.array_type) else array
+
     def constant(self, value: np.generic) -> Any:
         """A Python number lifted into an operand (the 2 of `x * 2`), already in its NumPy dtype.
         CuPy passes a NumPy scalar to its kernels as an argument; a 0-d array would be a copy to
@@ -78,7 +85,7 @@ class Backend:
         self._scatter_add(target, index, values)
 
     # -- random numbers ------------------------------------------------------------
-    @replayable  # shown to instruments: `tx.jit` reseeds again at each replay
+    @replayable  # timed by the profiler; `tx.jit` reseeds again at each replay
     def seed(self, seed: int) -> None:
         """Reseed this device's generator (dropout's masks)."""
         self.rng = self._generator(seed)
@@ -142,6 +149,11 @@ class StrictBackend(Backend):
 
     def to_host(self, array):
         return array.get()
+
+    def memory(self, array):
+        """The NumPy array that owns the memory (StrictArrays are made afresh around every result)."""
+        inner = array._a
+        return inner.base if isinstance(inner.base, np.ndarray) else inner
 
     def as_array(self, data):
         """Refused: CuPy would have made an array; a NumPy scalar or a number here is the CPU's
@@ -236,9 +248,7 @@ def backend_of(array: Any) -> Backend:
 
 
 def host_rng() -> np.random.Generator:
-    """The host generator parameters are drawn from, so one seed gives one model on every device.
-    Each use is shown to instruments as numbers made outside ops (`tx.jit` refuses it)."""
-    observers.show_read(None, "drawn from the host generator (nn.init, tx.randn)")
+    """The host generator parameters are drawn from, so one seed gives one model on every device."""
     return _host_rng
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 from . import observers
 from .backend import widened_sum
-from .function import Function, enable_grad, no_grad
+from .function import Function, enable_grad, in_place, no_grad
 
 # ---------------------------------------------------------------------------------------
 # The plan
@@ -62,7 +62,7 @@ class BackwardPlan:
     where another already waits is added to it. `delivers` maps a step to the leaves complete
     after it (those with post-accumulate-grad hooks); `freed` lists steps whose node an earlier
     backward released, `changed` the (step, input, shape) of inputs modified after their op
-    used them: a plan with either cannot run (`check_runnable`). In a `tx.jit` record the
+    used them (in place of an input number, the name of a saved array: `y` of `exp`): a plan with either cannot run (`check_runnable`). In a `tx.jit` record the
     nodes and leaves are numbers, and `ops` names each step's op.
     """
 
@@ -73,7 +73,7 @@ class BackwardPlan:
         self.retain_graph = retain_graph
         self.delivers: dict[int, tuple[int, ...]] = delivers or {}
         self.freed: list[int] = freed or []
-        self.changed: list[tuple[int, int, tuple]] = changed or []
+        self.changed: list[tuple[int, int | str, tuple]] = changed or []
         self.ops = ops or [node.name for node in nodes]
 
     @cached_property
@@ -102,8 +102,9 @@ class BackwardPlan:
                 "after the first backward; pass retain_graph=True to the first call")
         if self.changed:
             i, k, shape = self.changed[0]
+            what = f"an input of {self.ops[i]}" if type(k) is int else f"the {k!r} {self.ops[i]} saved for backward"
             raise RuntimeError(
-                f"an input of {self.ops[i]} (shape {shape}) was modified after the "
+                f"{what} (shape {shape}) was modified after the "
                 "op used it; its gradient would be wrong. Change tensors only after backward, or work on a copy")
 
     def renumbered(self, node: Callable[["PlanStep"], Any], leaf: Callable[[Any], Any]) -> "BackwardPlan":
@@ -140,8 +141,9 @@ class BackwardPlan:
                 lines.append(f"{i:>4}  {name:<14}freed by an earlier backward: this walk cannot run")
                 continue
             if step.changed:
-                lines.append(f"{i:>4}  {name:<14}input {', '.join(map(str, step.changed))} modified "
-                             "after the op used it: this walk cannot run")
+                inputs = ", ".join(str(k) for k in step.changed if type(k) is int)
+                what = "; ".join([f"input {inputs}"] * bool(inputs) + [f"saved {k}" for k in step.changed if type(k) is str])
+                lines.append(f"{i:>4}  {name:<14}{what} modified after the op used it: this walk cannot run")
                 continue
             sends = []
             for (k, to, shape), adds in zip(step.routes, step.adds):
@@ -178,7 +180,7 @@ class PlanStep:
     releases: bool  # its inputs and saved arrays are freed after this step
     delivers: tuple[int, ...]  # leaves complete after this step, delivered at once
     freed: bool  # released by an earlier backward: the walk cannot run
-    changed: tuple[int, ...]  # inputs modified after the op used them: the walk cannot run
+    changed: tuple[int | str, ...]  # inputs (saved arrays, by name) modified after the op used them: the walk cannot run
 
 
 def _leaf_name(t: Any) -> str:
@@ -221,10 +223,10 @@ def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
             freed.append(i)
             routes.append(())
             continue
-        sends = []
+        sends, recheck = [], in_place.last > fn.seq  # some memory changed in place since this op ran
         for k, (t, array) in enumerate(zip(fn.inputs, fn.arrays)):  # `array`: the input as forward saw it
-            if t.data is not array or t._version > fn.seq:  # replaced, or changed in place, after the op ran
-                changed.append((i, k, array.shape))
+            if t.data is not array or recheck and in_place.time_of(fn.backend.memory(array)) > fn.seq:
+                changed.append((i, k, array.shape))  # replaced, or changed in place, after the op ran
             if not t.requires_grad:
                 continue
             if t.grad_fn is not None:
@@ -239,6 +241,9 @@ def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
                 if t._ready_hooks:
                     last_use[to - n] = i
             sends.append((k, to, array.shape if fn.broadcasts and array.shape != shapes[i] else None))
+        if recheck:  # what it saved beyond its inputs, too (an output it kept: `y` of exp)
+            changed += [(i, name, v.shape) for name, v in fn.saved_values().items()
+                        if type(v) is fn.backend.array_type and in_place.time_of(fn.backend.memory(v)) > fn.seq]
         routes.append(tuple(sends))
     delivers = {}
     for leaf, i in last_use.items():

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import weakref
 from time import perf_counter
 from typing import Any, Sequence
 
@@ -85,7 +86,35 @@ _grad_enabled = True
 
 clock = itertools.count(1)
 """The engine's one clock: each recorded op takes its `seq` from it and each in-place change
-(`Tensor.bump_version`) its `_version`, so "changed after the op used it" is `_version > seq`."""
+(`Tensor.bump_version`) its time in `in_place`, so "changed after the op used it" is a later time."""
+
+
+class InPlaceChanges:
+    """When memory was last changed in place, by the array that owns it (`Backend.memory`).
+
+    A version belongs to memory, not to a tensor: every tensor that holds the same array or a
+    view of it (`detach()`, `Tensor(t)`, `Tensor(t.data)`, a reshape or a slice) sees a change
+    made through any of them, as PyTorch's views and detached tensors share a version counter.
+    `last` is the latest change of all, so a backward plan looks up only the ops older than it.
+    """
+
+    def __init__(self):
+        self.last = 0
+        self._at: dict[int, int] = {}  # id(memory) -> the clock's time of its last change
+
+    def bump(self, memory: Any) -> int:
+        key = id(memory)
+        if key not in self._at:
+            weakref.finalize(memory, self._at.pop, key, None)  # once freed, its id may be another's
+        self.last = self._at[key] = next(clock)
+        return self.last
+
+    def time_of(self, memory: Any) -> int:
+        """The clock's time of the last change of `memory` (0: never changed in place)."""
+        return self._at.get(id(memory), 0)
+
+
+in_place = InPlaceChanges()
 
 
 class no_grad(contextlib.ContextDecorator):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .observers import replayable, show_stateful
+from .observers import replayable
 
 
 class LRSchedule:
@@ -30,7 +30,6 @@ class LRSchedule:
     def __init__(self, optimizer: Any):
         self.optimizer = optimizer
         self.step_num = 1  # the optimizer step the current rate is for
-        show_stateful(self)
         optimizer.lr = self.get_lr()
 
     def lr_at(self, step: int) -> float:

@@ -16,7 +16,7 @@ import numpy as np
 from . import observers, ops
 from .backend import Backend, backend_of, get_backend
 from .backward import backward as run_backward, sum_to
-from .function import clock
+from .function import in_place
 
 DEFAULT_DTYPE = np.float32
 
@@ -37,7 +37,7 @@ class Tensor:
     """
 
     # class-level defaults: a tensor made by an op sets only `data` and `backend` (it is made often)
-    requires_grad, grad, grad_fn, name, _version, _hooks = False, None, None, None, 0, ()
+    requires_grad, grad, grad_fn, name, _hooks = False, None, None, None, ()
     _ready_hooks = ()  # see register_post_accumulate_grad_hook
     __array_ufunc__ = None  # `numpy_array * tensor` defers to Tensor.__rmul__
 
@@ -76,9 +76,16 @@ class Tensor:
     # -- the array and what describes it ---------------------------------------------
     def bump_version(self) -> None:
         """Record an in-place change of `.data` (optimizers call this after updating), so a
-        graph that saved the old values refuses to backpropagate instead of being wrong.
+        graph that saved the old values refuses to backpropagate instead of being wrong: also
+        through every tensor that shares this memory (`detach()`, `Tensor(t)`, `Tensor(t.data)`,
+        a view such as a reshape), since the change is recorded by the memory (`in_place`).
         (Replacing `.data` with another array is noticed without this.)"""
-        self._version = next(clock)
+        in_place.bump(self.backend.memory(self.data))
+
+    @property
+    def _version(self) -> int:
+        """The clock's time of the last in-place change of this tensor's memory (0: none)."""
+        return in_place.time_of(self.backend.memory(self.data))
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Make this leaf require grad (in place) and return it."""
@@ -94,16 +101,21 @@ class Tensor:
     device = property(lambda self: self.backend.name)
     is_leaf = property(lambda self: self.grad_fn is None)
 
+    def _host(self, how: str) -> np.ndarray:
+        """The values on the host (no copy where they already are): the one way they leave the
+        device for Python, so it is shown to observers as a read (`how`): the profiler counts
+        them (on CUDA each waits for the device), `tx.jit` refuses them."""
+        observers.show_read(self, how)
+        return self.backend.to_host(self.data)
+
     def numpy(self) -> np.ndarray:
         """A host (NumPy) copy of the data."""
-        observers.show_read(self)
-        return np.array(self.backend.to_host(self.data), copy=True)
+        return np.array(self._host("read on the host (numpy() or print)"), copy=True)
 
     def item(self) -> float | int:
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
-        observers.show_read(self)
-        return self.data.item()
+        return self._host("read on the host (item())").item()
 
     def __float__(self) -> float:  # float(loss), as with NumPy and PyTorch: one element only
         return float(self.item())
@@ -120,8 +132,7 @@ class Tensor:
         backend = get_backend(device)
         if backend is self.backend:
             return self
-        observers.show_read(self, f"copied to {device} (to())")
-        moved = Tensor._from_op(backend.from_host(self.backend.to_host(self.data)), backend)
+        moved = Tensor._from_op(backend.from_host(self._host(f"copied to {device} (to())")), backend)
         moved.requires_grad, moved.name = self.requires_grad, self.name
         return moved
 
@@ -142,8 +153,7 @@ class Tensor:
         if self.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use .any() or .all() on its .numpy(), or compare one element")
-        observers.show_read(self)
-        return bool(self.data.reshape(()).item())
+        return bool(self._host("read on the host (if t: or bool(t))").reshape(()).item())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """`np.asarray(t)` gives the data for a CPU tensor; other devices refuse, as CuPy does,
@@ -151,8 +161,8 @@ class Tensor:
         if self.backend.name != "cpu":
             raise TypeError(f"a {self.device} tensor is not converted to a NumPy array implicitly; "
                             "use .numpy()")
-        observers.show_read(self)
-        return np.array(self.data, dtype=dtype, copy=True) if copy else np.asarray(self.data, dtype=dtype)
+        array = self._host("read on the host (np.asarray(t))")
+        return np.array(array, dtype=dtype, copy=True) if copy else np.asarray(array, dtype=dtype)
 
     # -- autograd --------------------------------------------------------------------
     def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
@@ -184,7 +194,6 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
-            observers.show_side_effect(f"a hook registered on a tensor of shape {self.shape}")
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -199,7 +208,6 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
-        observers.show_side_effect(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
 
     def retain_grad(self) -> None:

@@ -1,6 +1,7 @@
 """The instruments of `tinygrad_tx.inspect`, tensor and module hooks, and the walkthrough example."""
 import re
 import shutil
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -546,6 +547,32 @@ def test_profiler_on_a_transformer_step_counts_its_fused_ops():
     assert attention.calls == attention.backward_calls == 6  # 2 encoder self, 2 decoder self, 2 cross
     assert norms.calls == norms.backward_calls == 2 * 2 + 3 * 2  # post-LN: one per residual block
     assert p.stats["CrossEntropy"].calls == 1 and attention.held_bytes > 0
+
+
+def test_profiler_times_the_calls_outside_ops_and_counts_the_host_reads():
+    """A step's time outside its ops (an optimizer's step, clipping, a schedule's step) has a
+    row per call, in total only; the values read on the host (each a wait for a GPU) are counted."""
+    x, w = leaf(np.ones((4, 4))), leaf(np.eye(4))
+    opt = tx.optim.SGD([w], lr=0.1)
+    schedule = tx.schedules.LambdaLR(opt, lambda step: 0.5)
+    with profile() as p:
+        for _ in range(3):
+            loss = chain(x, w, 6)
+            loss.backward()
+            tx.optim.clip_grad_norm([w], 1.0)
+            opt.step()
+            schedule.step()
+            opt.zero_grad()
+            if loss.item() > 0:  # a read on the host; printing the tensor is another
+                print(loss, file=io.StringIO())
+    rows = {name: (s.calls, s.forward_s, s.backward_s, s.call_s) for name, s in p.stats.items()}
+    for name in ("SGD.step()", "SGD.zero_grad()", "LambdaLR.step()", "clip_grad_norm()"):
+        calls, forward_s, backward_s, call_s = rows[name]
+        assert calls == 3 and forward_s == backward_s == 0 and call_s > 0
+        assert p.stats[name].total_s == call_s
+    assert p.reads == {"read on the host (item())": 3, "read on the host (numpy() or print)": 3}
+    assert p.table().splitlines()[-1] == ("values read outside the graph: read on the host (item()) ×3, "
+                                         "read on the host (numpy() or print) ×3")
 
 
 def test_instruments_compose_and_clean_up_after_errors():

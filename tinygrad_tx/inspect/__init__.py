@@ -10,8 +10,9 @@ them with their output.
 - `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`;
 - `explore(fn, *args)`: all of the above for one call of `fn`, in a browser page.
 
-All of them observe the engine through one list of observers (see `instrument.py`),
-which is empty, and so free, unless one of them is active.
+All of them observe the engine through one list of observers (`tinygrad_tx/observers.py`,
+whose `Observer` they subclass: `Instrument` here), which is empty, and so free, unless one
+of them is active.
 """
 from .anomaly import AnomalyError, detect_anomaly
 from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot

@@ -12,13 +12,13 @@ per result, a device check per op, a node per op, the sort of the graph, a shape
 and dtype check per gradient, a dictionary of pending gradients. Yet for one
 *input signature* (argument shapes, dtypes and devices, grad mode, the modules'
 train/eval mode, which captured tensors require grad) that bookkeeping comes out
-the same at every call. So the first call runs eagerly while an instrument (the
+the same at every call. So the first call runs eagerly while an observer (on the
 engine's observer list, the one `tx.inspect` uses) writes down everything it
 sees, and later calls run only the arithmetic (with `verify=True` the second call
 records as well and must write down the same program). What the instrument sees is exactly what
 this file can replay:
 
-- each op's forward (`op`): its Function class, its params, and where each input
+- each op's forward (`forward`): its Function class, its params, and where each input
   comes from: a *slot* written by an earlier op, an argument, a captured tensor
   (a parameter: its `.data` is read live at each call) or a constant;
 - each backward (`backward_begin` ... `backward_end`): the engine's own plan of
@@ -54,7 +54,7 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
-- Changes made outside ops and replayable calls raise `JitError` (`observers.show_side_effect`):
+- Changes made outside ops and replayable calls raise `JitError` (watched while recording, `watch.py`):
   a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
@@ -62,14 +62,16 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   replayed), `opt.lr *= 0.5` (a write to an optimizer's or a schedule's attribute: a
   schedule's `step()` is replayed) and writes into a raw array got from `.data`
   (`p.data[...] = v`, `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
-  Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
+  Host randomness (`nn.init`, `tx.randn`) is refused as a read (found by the host generator's
+  state, which is one for all threads). `tx.manual_seed` and
   `backend.seed` are replayable calls; a collective given a raw array, a Python number or a
   tensor made in the function outside ops (`tx.Tensor(n)`), and a call on an optimizer or
   schedule made in the function (eager would start from fresh state at every call) are
   refused.
 - Two ops that return one and the same object (NumPy's shared `np.True_` from two 0-d
   comparisons) cannot be told apart by the record: using either is refused.
-- A recording is one thread's: what other threads do meanwhile stays out of it.
+- A recording is one thread's: what other threads do meanwhile stays out of it (but for
+  numbers drawn from the host generator meanwhile, which refuse the recording).
 - Arrays computed outside ops (raw NumPy/CuPy on `.data`, or `tx.Tensor(array)`
   made inside `fn`) are constants of the record; with `verify=True`, two
   recordings that got different values raise `JitError`. Masks and ids made with Tensor operations (`ids.ne(pad)`,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..function import OnceDifferentiable, is_grad_enabled, op_error
-from ..inspect.instrument import describe
+from ..observers import describe
 from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
 from .codegen import write_replay, write_walk

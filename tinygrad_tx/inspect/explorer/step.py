@@ -37,7 +37,7 @@ class BadRequest(ValueError):
 class _Sources(Instrument):
     """Notes on each op the frames outside the engine that created it (innermost first)."""
 
-    def forward(self, fn, inputs, output, seconds, recorded) -> None:
+    def forward(self, fn, inputs, params, output, seconds, recorded) -> None:
         fn.created_at = user_frames(limit=4)
 
 
