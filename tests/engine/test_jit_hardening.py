@@ -3,6 +3,8 @@ runs a function eagerly and jitted on the same calls and checks that every repla
 bit for bit, or that the jit refuses with a JitError. Each test failed before its fix.
 (test_jit_differential.py looks for more of them at random.)
 """
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -414,17 +416,159 @@ def test_a_global_rebound_between_calls_is_recorded_anew():
     assert jitted.replays == 0 and jitted.traces == 2
 
 
-def test_what_the_step_itself_changes_at_each_call_is_no_change():
+# -- issue 32 item 2: a tensor swapped between calls, wherever the step reaches it ----------------
+
+@dataclass
+class Batch:
+    """A plain object holding a tensor (an argument, or reached through a global)."""
+    w: tx.Tensor
+
+
+class Holder:
+    def __init__(self, w):
+        self.parts = {"w": [w]}
+
+
+PARAMS = {"w": vec(0.0)}
+HOLDER = Holder(vec(0.0))
+CONFIG = Batch(vec(0.0))
+
+
+def _from_globals_dict(x, batch):
+    return x * PARAMS["w"]
+
+
+def _from_a_plain_object(x, batch):
+    return x * CONFIG.w
+
+
+def _deep_in_an_object(x, batch):
+    return x * HOLDER.parts["w"][0]
+
+
+def _through_a_helper(x, batch):
+    return _from_globals_dict(x, batch) + 0.0
+
+
+def _method_of_the_argument(x, batch):
+    return x * batch.w
+
+
+REACHED = {  # how the step reaches the tensor, and how a call puts another one there
+    "a global dict's item": (_from_globals_dict, lambda w, batch: PARAMS.__setitem__("w", w)),
+    "a field of a global dataclass": (_from_a_plain_object, lambda w, batch: setattr(CONFIG, "w", w)),
+    "an item of a list in a dict in an attribute": (_deep_in_an_object,
+                                                    lambda w, batch: HOLDER.parts["w"].__setitem__(0, w)),
+    "a global of a helper function": (_through_a_helper, lambda w, batch: PARAMS.__setitem__("w", w)),
+    "a field of a dataclass argument": (_method_of_the_argument, lambda w, batch: setattr(batch, "w", w)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REACHED))
+def test_a_tensor_swapped_between_calls_is_never_replayed_stale(case):
+    """Issue 32 item 2: `PARAMS["w"]` replaced between calls gave eager 0, 3, 6, 9 and the jit
+    0, 0, 0, 0 (a dataclass argument's field too): only the globals themselves were compared. Now
+    every way the record's tensors were reached is checked before each replay."""
+    step, swap = REACHED[case]
+    batch, jitted = Batch(vec(0.0)), tx.jit(step)
+    for i in range(4):
+        swap(vec(float(i)), batch)
+        assert jitted(vec(3.0), batch).numpy().tolist() == step(vec(3.0), batch).numpy().tolist() == [3.0 * i]
+    assert jitted.traces == 4
+
+
+def test_a_tensor_left_where_it_was_is_replayed():
+    batch, jitted = Batch(vec(2.0)), tx.jit(_method_of_the_argument)
+    for i in range(3):
+        CONFIG.w = CONFIG.w  # the same tensor put back: no change
+        assert jitted(vec(float(i)), batch).numpy().tolist() == [2.0 * i]
+    assert jitted.traces == 1 and jitted.replays == 2
+
+
+def test_a_tensor_found_no_way_the_jit_can_look_again_is_refused():
+    import weakref
+
+    w = vec(2.0)
+    ref = weakref.ref(w)  # the step reaches w only through a weak reference
+
+    with pytest.raises(JitError, match="found in no place the jit looks again"):
+        tx.jit(lambda x: x * ref())(vec(1.0))
+
+
+# -- issue 32 "Also": what the step itself changes, after the record relied on it ---------------
+
+def test_a_step_that_stops_a_tensor_requiring_grad_after_using_it_records_anew():
+    """Issue 32: a step calling `p.requires_grad_(False)` after using p replayed with gradients to
+    p, where eager raises at the next call: the record's checks were taken as the step left them,
+    not as the record used them."""
+    def run(make):
+        p = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
+
+        def step(x):
+            loss = (x * p).sum()
+            loss.backward()
+            p.requires_grad_(False)
+            return loss
+
+        outcomes = []
+        for _ in range(3):
+            try:
+                make(step)(vec(1.0, 2.0))
+                outcomes.append(p.grad.numpy().tolist())
+            except RuntimeError as e:
+                outcomes.append(str(e).split(":")[0])
+        return outcomes
+
+    jitted = {}
+    assert run(lambda step: jitted.setdefault("f", tx.jit(step))) == run(lambda step: step)
+
+
+def _changed_after_use():
+    """Ways a step changes, after using it, something its record relied on."""
+    model, spare = tx.nn.Sequential(tx.nn.Linear(2, 2), tx.nn.Dropout(0.5)), tx.nn.Linear(2, 2)
+    box = {"w": vec(1.0, 1.0)}
+    return [
+        ("requires_grad_(True)", lambda x: ((x * box["w"]).sum(), box["w"].requires_grad_(True))[0]),
+        ("Dropout.p", lambda x: (model(x).sum(), setattr(model[1], "p", 0.0))[0]),
+        ("a submodule", lambda x: (model(x).sum(), model.layers.__setitem__(0, spare))[0]),
+        ("a tensor in a dict", lambda x: ((x * box["w"]).sum(), box.__setitem__("w", box["w"] * 2.0))[0]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4), ids=[name for name, _ in _changed_after_use()])
+def test_what_the_step_changes_after_its_record_used_it_records_anew(case):
+    results = {}
+    for world in ("eager", "jit"):
+        tx.manual_seed(0)
+        name, step = _changed_after_use()[case]
+        run = tx.jit(step) if world == "jit" else step
+        results[world] = []
+        for call in range(4):
+            tx.manual_seed(call)
+            out = run(tx.Tensor(np.ones((3, 2), np.float32)))
+            results[world].append((out.numpy().tobytes(), out.requires_grad))
+    assert results["jit"] == results["eager"]
+
+
+def test_a_step_that_changes_what_it_reads_at_every_call_records_each_call_and_says_so():
+    """The other side of the same rule: a counter the step increments is a change at every call, so
+    every call records (and the counter counts as in eager); a warning says so, once."""
     class Counting(tx.nn.Module):
         def __init__(self):
-            self.lin, self.calls = tx.nn.Linear(2, 2), 0
+            self.lin, self.calls, self.mode = tx.nn.Linear(2, 2), 0, "on"
 
         def forward(self, x):
-            self.calls += 1  # Python state written by the function: fixed at the recording
+            self.calls += 1
+            self.mode = "on"  # the same value every time: a change at the first call only
             return self.lin(x)
 
     model = Counting()
     jitted = tx.jit(lambda x: model(x).sum())
-    for _ in range(4):
+    with pytest.warns(RuntimeWarning, match=r"changes what it reads from outside at every call \(Counting.calls\)"):
+        for _ in range(4):
+            jitted(vec(1.0, 2.0))
+    assert jitted.replays == 0 and model.calls == 4
+    model.forward = lambda x: model.lin(x)  # no more counting: recorded once more, then replayed
+    for _ in range(3):
         jitted(vec(1.0, 2.0))
-    assert jitted.replays == 3
+    assert jitted.replays == 2

@@ -84,25 +84,34 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   learning rate on the optimizer, not in the arguments). A tensor in reach passed as an
   argument (`f(p)` where `f` also uses `p`) is part of the signature by identity, and
   the function's own uses of it read it, not the argument, at a replay.
-- The modules in reach (found at the first call: the function itself, `self`,
-  what a `functools.partial` binds, closure cells, globals, and what those hold
-  one level down, inside lists, tuples and dicts too) give every submodule's
-  train/eval mode to the signature; a module the search missed but the function
-  called (through a helper function, say) is checked at each call against its mode
-  when first called, and records anew when it changed. `train()`/`eval()` inside the function is replayed.
-  Captured tensors are checked at each call: one that changed its shape, dtype,
-  device or `requires_grad` records anew. Between two calls, what the function
-  reaches (closure cells, the globals it names, what a partial binds) and what every
-  module in reach or called holds (attributes, lists, tuples and dicts in them) are
-  compared by identity: `Dropout.p = 0.0`, `ModuleList.append`, a submodule or a
-  weight replaced, a global rebound drop every record, so the next call records
-  anew (what the function itself changes during a call is no change). Not seen:
-  a field of another object changed (a config object the function reads),
-  other objects made inside the function (a fresh leaf such as
-  `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
-  Python state the function writes or reads inside objects (counters, attributes
-  of non-module objects, a Python number such as `clip_grad_norm`'s result used in
-  an `if`): all fixed at the recording.
+- What the function reaches from outside: its global names, closure cells and defaults, `self`
+  of a method, what a `functools.partial` binds, its non-tensor arguments, and from those the
+  items of lists, tuples and dicts, the fields of objects (modules, dataclasses, any object's
+  attributes and its class's) and the globals and cells of the functions and methods it calls
+  (`reach.py`; the engine's and installed libraries' code is not looked into). The modules
+  found there (at the first call) give every submodule's train/eval mode to the signature; a
+  module the search missed but the function called is checked at each call against its mode
+  when first called, and records anew when it changed. `train()`/`eval()` inside the function
+  is replayed. Every object the record holds from outside (a tensor it reads, an optimizer or a
+  module its calls act on) is found again before each call by every way the recording found
+  it: where another object stands now (`PARAMS["w"] = new`, `batch.w = new`, a global or a
+  cell rebound, a submodule or a weight replaced) the call records anew; one found in no such
+  place (through a weak reference, say) is refused, as its replacement could not be seen.
+  Captured tensors are checked too: one that changed its shape, dtype, device or
+  `requires_grad` records anew. And what the function names (its globals and cells) and what
+  every module in reach or called holds (attributes, lists, tuples and dicts in them) are
+  compared by identity: `Dropout.p = 0.0`, `ModuleList.append`, a global rebound record anew.
+  All of these are taken as they were when the recording began (or, for a tensor, when the
+  function first used it), not as the function left them: what the function changes itself
+  (`p.requires_grad_(False)` after using p, `model.drop.p = 0.0`, `PARAMS["w"] = w * 0.9`) a
+  replay would not change again, so the next call records anew, as eager would run it. A
+  function that makes such a change at every call (a counter a module increments) records at
+  every call, at eager speed, and a RuntimeWarning names what it changes. Not seen: a field of a
+  non-module object changed (a number in a config object the function reads), other objects
+  made inside the function (a fresh leaf such as `tx.zeros(n, requires_grad=True)`: the record
+  keeps the first call's), and Python state the function writes or reads inside non-module
+  objects (counters, a Python number such as `clip_grad_norm`'s result used in an `if`): all
+  fixed at the recording.
 - Checks of values run at every call, since the ops make them in `forward`
   (ids in range for embedding, cross-entropy and indexing); checks of shapes and
   dtypes, which the signature fixes, ran while recording only.
@@ -131,8 +140,10 @@ per signature, so it is for developing a step, not the default. Records are kept
 recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes they hold (their constants:
 a record holds no activations between calls).
 
-Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
-record while the function runs eagerly (`watch.py`: what it sees of `.data` and `.grad`);
+Files: this one holds `jit` (signatures, the cache of records); `reach.py` maps what the
+function reaches from outside and checks it before each replay; `record.py` writes a record
+while the function runs eagerly (`watch.py`: what it watches around ops: `.data`, `.grad`,
+hooks, modules called, optimizers made);
 `program.py` holds its instructions (ops, backward walks, calls); `tape.py` is the record
 itself and its replay; `liveness.py` finds where a replay can give each array back;
 `codegen.py` writes a record as the Python function a replay runs.
@@ -140,8 +151,7 @@ itself and its replay; `liveness.py` finds where a replay can give each array ba
 from __future__ import annotations
 
 import functools
-import operator
-import types
+import warnings
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -151,6 +161,7 @@ from .. import observers
 from ..function import is_grad_enabled
 from ..nn import Module
 from ..tensor import Tensor
+from .reach import Reach, contents, describe_change, module_contents, same
 from .record import JitError, Recorder, check_same, record
 from .tape import Tape
 
@@ -174,7 +185,9 @@ class Jitted:
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
         self._watched: list[Module] = []  # those and every module a recording called, with submodules
         self._outside: dict[int, Tensor] = {}  # the tensors in reach (modules' too), by id
-        self._after: list = []  # what the function reached and they held after the last call (`_contents`)
+        self._assumed: list = []  # what the function reached and the modules held when the last recording began
+        self._split = 0  # modules watched from the last recording on: as it left them (`_contents_now`)
+        self._changed = self._warned = False  # whether the last recording changed what it reads (warned once)
         self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
 
@@ -185,20 +198,20 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(type(o) is Recorder for o in observers.active):
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
-        if self._modules is None or not _same(_contents(self.fn, self._watched), self._after):
+        if self._modules is None or not same(self._contents_now(), self._assumed):
             self._find_modules()  # at the first call (globals defined after the decorator exist now), or
-            self.tapes.clear()  # something was rebound or replaced since the last: its records are stale
-        try:
-            return self._run(args, kwargs)
-        finally:
-            self._after = _contents(self.fn, self._watched)
+            self.tapes.clear()  # something was rebound or replaced since the last recording began, by
+        return self._run(args, kwargs)  # the user or by the function itself: its records are stale
+
+    def _contents_now(self) -> list:
+        """`contents` of what the function reaches, split as `_assumed` was taken."""
+        return contents(self.fn, self._watched[:self._split]) + module_contents(self._watched[self._split:])
 
     def _find_modules(self) -> None:
-        reach = _in_reach(self.fn)
+        reach = Reach([self.fn]).objects.values()
         self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
         self._watched = list(self._modules)
-        self._outside = {id(t): t for t in (*(t for t in reach if isinstance(t, Tensor)),
-                                            *(t for m in self._modules for _, t in m.named_tensors()))}
+        self._outside = {id(t): t for t in reach if isinstance(t, Tensor)}
 
     def _run(self, args: tuple, kwargs: dict) -> Any:
         """Replay the record of these arguments' signature, or record one."""
@@ -212,6 +225,7 @@ class Jitted:
             self.replays += 1
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
+        split, before = len(self._watched), contents(self.fn, self._watched)  # what the recording assumes
         tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree
             try:
@@ -224,12 +238,27 @@ class Jitted:
         watched = {id(m): m for m in self._watched}
         watched.update((id(sub), sub) for m in tape.modules for sub in m.modules())
         self._watched = list(watched.values())
+        self._split, self._assumed = split, before + module_contents(self._watched[split:])  # those: as left
+        self._note_own_change()
         self.tapes[key] = tape
         self.tapes.move_to_end(key)
         while len(self.tapes) > self.max_traces:
             self.tapes.popitem(last=False)  # the least recently used signature
         self.traces += 1
         return result
+
+    def _note_own_change(self) -> None:
+        """After a recording: warn once if the function changed what it reads from outside (a module's
+        attribute, a global) in this recording and the one before, as a counter it increments does:
+        every call then records anew, which would be a silent slow path."""
+        change = describe_change(self._assumed, self._contents_now())
+        if change and self._changed and not self._warned:
+            self._warned = True
+            warnings.warn(f"tx.jit: {getattr(self.fn, '__qualname__', 'the function')} changes what it reads from "
+                          f"outside at every call ({change}); a replay would not change it again, so every call "
+                          "records anew, at eager speed. Keep such state outside the jitted function and the "
+                          "modules it calls", RuntimeWarning, stacklevel=4)
+        self._changed = bool(change)
 
     def _key(self, args: tuple, kwargs: dict, tensors: list) -> tuple:
         signature = _signature((args, kwargs), tensors)
@@ -273,86 +302,3 @@ def _signature(value: Any, tensors: list) -> Any:
     if value is None or isinstance(value, (bool, int, str, bytes)):
         return (type(value).__name__, value)
     return ("object", id(value))  # an optimizer, say: its identity matters; the record keeps it alive
-
-
-def _in_reach(fn: Callable) -> list:
-    """What `fn` can reach without arguments (`_roots`) and what each of those holds one level
-    down (attributes, items of a list, tuple or dict). The modes of the modules among them join
-    the signature."""
-    return list({id(v): v for obj in _roots(fn) for v in (obj, *_held_by(obj))}.values())
-
-
-def _roots(fn: Callable) -> list:
-    """`fn` itself (`tx.jit(model)`), `self` of a method, what a `functools.partial` binds,
-    closure cells and the globals it names."""
-    found = [fn, getattr(fn, "__self__", None)]
-    if isinstance(fn, functools.partial):
-        found += [*fn.args, *fn.keywords.values(), fn.func, getattr(fn.func, "__self__", None)]
-        fn = fn.func
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            found.append(cell.cell_contents)
-        except ValueError:  # a cell not yet filled
-            continue
-    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    return found + [names[n] for n in (code.co_names if code else ()) if n in names]
-
-
-_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
-
-
-def _held_by(obj: Any) -> list:
-    """What `obj` holds one level down (an object's attributes, a container's items), with
-    lists, tuples and dicts among them opened all the way down, as `Module` finds parameters."""
-    if isinstance(obj, dict):
-        items = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        items = list(obj)
-    elif not isinstance(obj, (type, Module, types.ModuleType, *_FUNCTIONS)) and hasattr(obj, "__dict__"):
-        items = list(vars(obj).values())
-    else:
-        return []
-    return [x for item in items for x in (item, *(_held_by(item) if isinstance(item, (list, tuple, dict)) else ()))]
-
-
-# -- changes between calls -------------------------------------------------------------------
-
-_END = object()  # closes a container's items in `_contents`
-
-
-def _contents(fn: Callable, modules: list[Module]) -> list:
-    """What `fn`'s roots are and what each module holds (attributes, and the items of their lists,
-    tuples and dicts all the way down; whether a tensor requires grad), in order. The objects
-    themselves, compared by identity (`_same`) and kept alive meanwhile, so that no id is reused:
-    `Dropout.p = 0.0`, a submodule replaced, `ModuleList.append`, a global rebound, a tensor
-    frozen each make another list. Taken after each call and before the next, so what the
-    function itself changes during a call is no change. The modules' train/eval modes are left
-    out: the signature has them."""
-    out, seen = _roots(fn), set()
-
-    def add_items(container: Any) -> None:
-        if id(container) in seen:  # held twice (or holding itself): its items once
-            return
-        seen.add(id(container))
-        for value in (x for kv in container.items() for x in kv) if type(container) is dict else container:
-            add(value)
-        out.append(_END)
-
-    def add(value: Any) -> None:
-        out.append(value)
-        if type(value) in (list, tuple, dict):
-            add_items(value)
-        elif type(value) is Tensor:  # Python in the function may check it (an optimizer made there does)
-            out.append(value.requires_grad)
-
-    for m in modules:
-        out.append(m)
-        for name, value in vars(m).items():
-            if name != "training":
-                out.append(name)
-                add(value)
-    return out
-
-
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(map(operator.is_, a, b))

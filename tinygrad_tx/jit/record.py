@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import backend_of, host_rng
+from ..backend import Backend, backend_of, host_rng
 from ..distributed.collectives import all_reduce
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
@@ -23,7 +23,8 @@ from ..tensor import Tensor
 from . import watch
 from .program import Backward, Call, Live, Op
 from .liveness import plan_frees
-from .tape import Tape
+from .reach import Reach
+from .tape import Tape, guard_state
 
 
 class JitError(RuntimeError):
@@ -77,7 +78,7 @@ def _same_value(a: Any, b: Any) -> bool:
 
 def record(fn: Callable, args: tuple, kwargs: dict, tensors: list) -> tuple[Tape, Any]:
     """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
-    recorder = Recorder(tensors)
+    recorder = Recorder(tensors, Reach([fn, *_objects_in((args, kwargs))]))
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
@@ -112,8 +113,9 @@ def _this_thread(method: Callable) -> Callable:
 class Recorder(Observer):
     """The observer that writes a `Tape` while the function runs eagerly (in its own thread)."""
 
-    def __init__(self, tensors: list[Tensor]):
+    def __init__(self, tensors: list[Tensor], reach: Reach):
         self.tape = Tape()
+        self.reach = reach  # what the function reached from outside when the call began, and how
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
         self.leaf_of: dict[int, int] = {}  # id(leaf tensor) -> leaf number
@@ -130,6 +132,8 @@ class Recorder(Observer):
         self.made_inside: set[int] = set()  # id of each optimizer or schedule made while recording
         self.made_here: set[int] = set()  # id(tensor) of every tensor made while recording
         self.captured_of: dict[int, int] = {}  # id(tensor from outside) -> its slot
+        self.guard: list[tuple] = []  # each captured tensor's state when the function first used it
+        self.held: dict[int, Any] = {}  # objects from outside the record holds (call arguments), by id
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
         self.host = self._host_state()  # the host generator and its state, to find numbers drawn from it
@@ -212,6 +216,7 @@ class Recorder(Observer):
             self.read(t, "used in an op as a gradient (.grad)")
         slot = self.captured_of[id(t)] = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}", True)
         self.tape.captured.append((slot, t))
+        self.guard.append(guard_state(t))  # what the record assumes, before the function changes it
         self.captured_slots.add(slot)
         self.alive.append(t)
         return slot
@@ -265,6 +270,7 @@ class Recorder(Observer):
             if owner is not None:
                 return Live("grad", owner)
             if id(value) not in self.made_here:
+                self.held[id(value)] = value
                 return value  # from outside (a parameter): the same tensor at every call
             slot = self._slot(value.data)
             if slot is None:
@@ -278,6 +284,8 @@ class Recorder(Observer):
         if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
             raise JitError(f"jit: {where} got a raw array (.data?), which a replay would pass again as it "
                            "was while recording; pass the Tensor")
+        if not isinstance(value, (Backend, bool, int, float, str, bytes, type(None), np.generic)):
+            self.held[id(value)] = value  # an optimizer, a schedule, a module: the same object at every call
         return value
 
     # -- what the engine shows -----------------------------------------------------------------
@@ -420,18 +428,33 @@ class Recorder(Observer):
             self._check(entry)
         tape = self.tape
         tape.output = self._output(result)
-        tensors = [t for _, t in tape.captured]
-        tape.guard = (tuple(tensors), [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors])
+        tape.guard = (tuple(t for _, t in tape.captured), self.guard)
         tape.modules = [m for m, _ in self.modules.values()]
         tape.modes = [mode for _, mode in self.modules.values()]
+        tape.links = self._links()
         plan_frees(tape)
         return tape
+
+    def _links(self) -> list:
+        """The ways the function reached what the record holds from outside, checked before each
+        replay (`reach.py`); refused if one of them was found no way the jit can look again."""
+        held = [t for _, t in self.tape.captured if id(t) not in self.made_here] + list(self.held.values())
+        for obj in held:
+            if not self.reach.reaches(obj) and not isinstance(obj, Module):  # modules made inside are new each call
+                what = f"the tensor {obj.name or ''} of shape {obj.shape}" if isinstance(obj, Tensor) else \
+                    f"the {type(obj).__name__}"
+                raise JitError(f"jit: the function used {what} from outside it, found in no place the jit looks "
+                               "again before each call (global and closure variables, arguments, and the items "
+                               "and fields of what they hold), so it could not see it replaced. Keep it in one "
+                               "of those, or pass it as an argument")
+        return self.reach.links_to(held + self.tape.modules)
 
     def _output(self, value: Any) -> tuple:
         if isinstance(value, Tensor):
             if id(value) in self.arg_number:
                 return ("arg", self.arg_number[id(value)])
             if any(t is value for _, t in self.tape.captured):
+                self.held[id(value)] = value
                 return ("const", value)  # a parameter returned as it is: the same tensor each call
             owner = self._grad_owner(value)
             if owner is not None:

@@ -16,6 +16,7 @@ from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
 from .codegen import write_replay, write_walk
 from .program import Backward, Op
+from .reach import hold
 
 
 class Tape:
@@ -34,7 +35,8 @@ class Tape:
         self.output: Any = None
         self.differentiable: tuple | None = None  # (slot, numbered plan) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
-        self.guard: tuple = ((), [])
+        self.guard: tuple = ((), [])  # the captured tensors, and each one's `guard_state` when first used
+        self.links: list = []  # the ways the function reached what the record holds (`reach.py`)
         self.modules: list = []  # the modules called while recording, and their train/eval modes
         self.modes: list[bool | None] = []
         self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
@@ -42,14 +44,16 @@ class Tape:
 
     # -- replay ----------------------------------------------------------------------------
     def still_valid(self) -> bool:
-        """Captured tensors (parameters) still as when recorded: whether each requires grad (a layer
-        frozen since records anew), and its array's shape, dtype and device (shapes are constants
-        of the record, and a replay checks no devices); and the modules called while recording in
-        the mode they were in when the function called them first (None: the function set it
-        itself before; a module the signature's search did not reach records anew), with no hook
-        registered since (recording anew refuses it)."""
+        """What the record assumed, as it was when the function used it (not as the function left
+        it: a replay would not make its changes again): each captured tensor (a parameter) still
+        found where the function found it (`links`), still requiring grad or not (a layer frozen
+        since, or by the function after its use, records anew), its array of the same shape, dtype
+        and device (shapes are constants of the record, and a replay checks no devices); and the
+        modules called while recording in the mode they were in when the function called them
+        first (None: the function set it itself before; a module the signature's search did not
+        reach records anew), with no hook registered since (recording anew refuses it)."""
         tensors, states = self.guard
-        return ([(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
+        return (list(map(guard_state, tensors)) == states and hold(self.links)
                 and all(mode is None or m.training == mode for m, mode in zip(self.modules, self.modes))
                 and not GLOBAL_HOOKS and not any(m._hooks for m in self.modules))
 
@@ -154,6 +158,12 @@ class Tape:
         if kind == "arg":
             return f"arg{ref}"
         return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
+
+
+def guard_state(t: Tensor) -> tuple:
+    """What a record assumes of a tensor it reads live: whether it requires grad, its array's shape,
+    dtype and device."""
+    return t.requires_grad, t.data.shape, t.data.dtype, t.backend
 
 
 def _short(v: Any) -> str:
