@@ -4,10 +4,13 @@ or the jit refuses with a JitError; never a third outcome.
 Hypothesis writes step functions from a vocabulary of what users write in training steps
 (ops, layers and dropout, 0-d comparisons and `where`, Python bools, backward, optimizer and
 schedule calls, gradient clipping, collectives of a job of one, writes to `.data`, reads on
-the host, `train()`/`eval()` and seeds inside, tensors whose names collide) and changes
-made between calls (dropout's p, a layer appended or replaced, a tensor rebound, the learning
-rate, the mode, new parameter values, another batch size, gradients zeroed, a tensor frozen,
-a tensor the step uses passed as an argument). Each program runs in two worlds
+the host, `train()`/`eval()` and seeds inside, tensors whose names collide, tensors reached
+through a global dict, a dict in a closure, a dataclass field and an argument's field, and
+changes the step makes itself after using something: a tensor frozen or unfrozen, a field
+swapped, dropout's p) and changes made between calls (dropout's p, a layer appended or
+replaced, a tensor rebound, the learning rate, the mode, new parameter values, another batch
+size, gradients zeroed, a tensor frozen, a tensor the step uses passed as an argument, a
+tensor swapped wherever the step reaches it). Each program runs in two worlds
 built alike, one eagerly and one under tx.jit, on the same fresh inputs at every call; after
 each call the results, every parameter and every gradient must be equal byte for byte. An
 error eager raises must be raised by the jit too (or the jit refuses first).
@@ -16,6 +19,8 @@ On every device; CI runs the "ci" profile of tests/conftest.py (60 examples); a 
     pytest tests/engine/test_jit_differential.py --hypothesis-profile large --hypothesis-show-statistics
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -34,6 +39,8 @@ pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, strict, and cuda 
 # names that collide with each other, with the generated code's own names and with its renamings ("w" + a number)
 NAMES = ("w", "w5", "w6", "w", "w7", "w8", "w", "w9", "w10", "w_1", "V", "f")
 VECTOR, SCALAR, MASK = range(3)  # the three register files of a program
+REACH = ("global_dict", "closure_dict", "field", "arg_field")  # where a step finds a tensor (`reached`)
+GLOBAL_BOXES: dict[int, dict] = {}  # each world's tensor in a global dict, by the world's number
 
 
 # -- the vocabulary: one strategy per kind of statement ------------------------------------------
@@ -66,6 +73,8 @@ STATEMENTS = st.one_of(
     st.tuples(st.just("read"), st.sampled_from(["item", "if", "numpy"]), index),
     st.tuples(st.just("mode"), st.booleans()),
     st.tuples(st.just("seed"), st.integers(0, 3)),
+    st.tuples(st.just("reach"), st.sampled_from(REACH), index),  # v * a tensor found that way
+    st.tuples(st.just("itself"), st.sampled_from(["freeze", "unfreeze", "swap_field", "dropout_p"]), index),
 )
 CHANGES = st.one_of(
     st.just(("none",)),
@@ -82,6 +91,8 @@ CHANGES = st.one_of(
     st.just(("load_state_dict",)),
     st.tuples(st.just("freeze"), index),  # requires_grad_(False)
     st.tuples(st.just("pass_named"), index),  # y is a tensor the step may use directly too, from now on
+    st.tuples(st.just("swap"), st.sampled_from(REACH)),  # another tensor where the step finds one
+    st.tuples(st.just("put_back"), st.sampled_from(REACH)),  # the same tensor put back: no change
 )
 
 
@@ -94,10 +105,17 @@ class Model(nn.Module):
         self.head = nn.Linear(3, 3)
 
 
-class World(nn.Module):
-    """Everything a step reaches: a model, tensors with colliding names, an optimizer, a schedule."""
+@dataclass
+class Holder:
+    """A plain object with a tensor field (in the world, and as the step's third argument)."""
+    w: tx.Tensor
 
-    def __init__(self, seed: int, adam: bool):
+
+class World(nn.Module):
+    """Everything a step reaches: a model, tensors with colliding names, an optimizer, a schedule,
+    tensors in a global dict, in a dict, in a dataclass and in an argument's field."""
+
+    def __init__(self, seed: int, adam: bool, number: int):
         tx.manual_seed(seed)  # the same initial values in both worlds
         self.model = Model()
         rng = np.random.default_rng(seed)
@@ -106,9 +124,25 @@ class World(nn.Module):
         params = self.model.parameters() + [t for t in self.named if t.requires_grad]
         self.opt = optim.Adam(params, lr=0.01) if adam else optim.SGD(params, lr=0.1, momentum=0.5)
         self.sched = tx.schedules.LambdaLR(self.opt, lambda step: 1.0 / step)
+        self.number, self.box, self.holder, self.batch = number, {}, Holder(None), Holder(None)
+        GLOBAL_BOXES[number] = {}
+        for where in REACH:
+            self.put(where, tx.Tensor(rng.standard_normal(3).astype(np.float32), requires_grad=where != "field"))
+
+    def reached(self, where: str) -> tx.Tensor:
+        return {"global_dict": lambda: GLOBAL_BOXES[self.number]["w"], "closure_dict": lambda: self.box["w"],
+                "field": lambda: self.holder.w, "arg_field": lambda: self.batch.w}[where]()
+
+    def put(self, where: str, t: tx.Tensor) -> None:
+        if where == "global_dict":
+            GLOBAL_BOXES[self.number]["w"] = t
+        elif where == "closure_dict":
+            self.box["w"] = t
+        else:
+            setattr(self.holder if where == "field" else self.batch, "w", t)
 
     def params(self) -> list[tx.Tensor]:
-        return [t for _, t in self.named_tensors()]
+        return [t for _, t in self.named_tensors()] + [self.reached(where) for where in REACH]
 
 
 def change(world: World, what: tuple, rng: np.random.Generator) -> None:
@@ -139,16 +173,27 @@ def change(world: World, what: tuple, rng: np.random.Generator) -> None:
         world.load_state_dict({k: v * 0.5 for k, v in world.state_dict().items()})
     elif kind == "freeze":
         world.params()[what[1] % len(world.params())].requires_grad_(False)
+    elif kind == "swap":
+        world.put(what[1], tx.Tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True))
+    elif kind == "put_back":
+        world.put(what[1], world.reached(what[1]))
 
 
 def make_step(world: World, program: list[tuple]):
     """The step function a user would have written for `program` (its Python depends on the
     program and on shapes and graph structure only, never on tensor values)."""
 
-    def step(x, y):
+    box, number = world.box, world.number  # reached through a closure cell, and a global dict
+
+    def step(x, y, batch):
         regs = {VECTOR: [x, y], SCALAR: [], MASK: []}
         for statement in program:
-            run(world, statement, regs)
+            if statement[0] == "reach":  # each way written out, as a user would
+                t = {"global_dict": lambda: GLOBAL_BOXES[number]["w"], "closure_dict": lambda: box["w"],
+                     "field": lambda: world.holder.w, "arg_field": lambda: batch.w}[statement[1]]()
+                regs[VECTOR].append(pick(regs, VECTOR, statement[2]) * t)
+            else:
+                run(world, statement, regs)
         return tuple(r[-1] for r in regs.values() if r)
 
     return step
@@ -251,6 +296,14 @@ def run(world: World, s: tuple, regs: dict) -> None:
         world.model.train(s[1])
     elif kind == "seed":
         tx.manual_seed(s[1])
+    elif kind == "itself":  # a change the step makes after using what it changes
+        t = params[s[2] % len(params)]
+        if s[1] in ("freeze", "unfreeze"):
+            t.requires_grad_(s[1] == "unfreeze")
+        elif s[1] == "swap_field":
+            world.holder.w = (world.holder.w * 0.5).detach()
+        else:
+            world.model.drop.p = 0.25
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -287,8 +340,15 @@ CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)
          verify=False)  # f(b) where f also uses b, then f(c)
 @example(program=[("fresh_optimizer", False)], changes=[("none",), ("freeze", 0)], seed=0, adam=False,
          verify=False)  # found by the search: a tensor frozen between calls, checked by Python in the step
+@example(program=[("reach", "global_dict", 0), ("reach", "arg_field", 2), ("reach", "field", 3),
+                  ("reach", "closure_dict", 4), ("reduce", "sum", 5), ("backward", 0, False)],
+         changes=[("none",), ("swap", "global_dict"), ("swap", "arg_field"), ("swap", "field"),
+                  ("swap", "closure_dict"), ("put_back", "field")], seed=0, adam=False, verify=False)  # issue 32 item 2
+@example(program=[("layer", 0, 0), ("reduce", "sum", 2), ("backward", 0, False), ("itself", "freeze", 0),
+                  ("dropout", 1), ("itself", "dropout_p", 0), ("reach", "field", 0), ("itself", "swap_field", 0)],
+         changes=[("none",)] * 4, seed=0, adam=False, verify=False)  # issue 32 "Also": changed by the step itself
 def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
-    eager_world, jit_world = World(seed, adam), World(seed, adam)
+    eager_world, jit_world = World(seed, adam, 0), World(seed, adam, 1)
     eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)
     batch, named = 2, None
     for call, what in enumerate(changes):
@@ -305,9 +365,9 @@ def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, 
             return tx.Tensor(y) if named is None else world.named[named]
 
         tx.manual_seed(call)
-        want = outcome(eager, tx.Tensor(x), second(eager_world))
+        want = outcome(eager, tx.Tensor(x), second(eager_world), eager_world.batch)
         tx.manual_seed(call)
-        got = outcome(jitted, tx.Tensor(x), second(jit_world))
+        got = outcome(jitted, tx.Tensor(x), second(jit_world), jit_world.batch)
         if got[0] == "refused":
             event(f"refused: {str(got[1]).split(';')[0][:70]}")
             return  # the promise's other half; the worlds part ways here
