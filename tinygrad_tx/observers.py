@@ -17,8 +17,9 @@ below, each calling the `Observer` method of the same name:
 - `collective`: data parallelism spent time communicating during backward (the profiler).
 
 What only the jit needs to see while it records (writes to `.data` and `.grad`, hooks
-registered, modules called, optimizers made, the host generator drawn from) it watches
-itself, from `tinygrad_tx/jit/watch.py`, only while a recording runs: none of it is here.
+registered, modules called, optimizers made, instruments turned on, the host generator
+drawn from) it watches itself, from `tinygrad_tx/jit/watch.py` and its recorder, only while a
+recording runs: none of it is announced from the engine.
 
 With no observer on, `active` is empty and costs next to nothing: the two hot paths, an op's
 forward and a backward step, check `if observers.active:` once; the rarer announcements

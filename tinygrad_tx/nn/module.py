@@ -118,7 +118,7 @@ class Module:
                 t.grad = None if t.grad is None else t.grad.to(device)
         return self
 
-    @replayable  # inside a jitted step, made again at each replay, as the optimizer's
+    @replayable  # timed by the profiler; inside a jitted step made again at each replay, as the optimizer's
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.grad = None
