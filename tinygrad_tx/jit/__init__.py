@@ -161,7 +161,7 @@ from .. import observers
 from ..function import is_grad_enabled
 from ..nn import Module
 from ..tensor import Tensor
-from .reach import Reach, contents, describe_change, module_contents, same
+from .reach import ENGINE_WAYS, Reach, contents, describe_change, module_contents, same
 from .record import JitError, Recorder, check_same, record
 from .tape import Tape
 
@@ -274,6 +274,9 @@ class Jitted:
     def memory(self) -> int:
         """Bytes held by the records (their constants; no activations are kept between calls)."""
         return sum(tape.nbytes() for tape in self.tapes.values())
+
+
+ENGINE_WAYS[Jitted] = ("fn",)  # a jitted function called while another one records: its function's reach
 
 
 # -- signatures ------------------------------------------------------------------------------

@@ -33,12 +33,20 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ..backend import Backend
+from ..distributed import DataParallel
 from ..function import Function
 from ..nn import Module
 from ..observers import ENGINE_DIR
+from ..optim import Optimizer
+from ..schedules import LRSchedule
 from ..tensor import Tensor
 
 Link = tuple  # (holder, kind, key, child): `_follow(holder, kind, key)` gave `child` when the map was made
+
+ENGINE_WAYS: dict[type, tuple[str, ...]] = {Optimizer: ("params",), LRSchedule: ("optimizer",),
+                                            DataParallel: ("module",)}
+"""The fields of the engine's own objects through which user code reaches what they hold (the
+jit's `Jitted` adds its function)."""
 
 _MISSING = object()
 _ATOMS = (str, bytes, int, float, complex, type(None), np.generic, np.ndarray, range, slice, type, types.ModuleType,
@@ -168,12 +176,16 @@ def _names(code: types.CodeType) -> set[str]:
 
 def _object_links(obj: Any) -> Iterator[Link]:
     """An object's fields (`__dict__` and `__slots__`) and, for a class of the user's, the class
-    attributes it does not shadow (its methods lead to the globals they use). The jit's own
-    records (another jitted function's tapes) are not looked into: its function is."""
-    if type(obj).__module__.startswith("tinygrad_tx.jit."):
-        return
+    attributes it does not shadow (its methods lead to the globals they use). Of the engine's
+    own objects, only modules are looked into whole; the others only by the fields through
+    which user code reaches what they hold (`ENGINE_WAYS`), not their bookkeeping (the buckets
+    DataParallel rebuilds after its first backward are no new way to a parameter)."""
     fields = getattr(obj, "__dict__", None)
     fields = fields if isinstance(fields, dict) else {}
+    if not isinstance(obj, Module) and _defined_in(type(obj), ENGINE_DIR):
+        ways = next((names for cls, names in ENGINE_WAYS.items() if isinstance(obj, cls)), ())
+        yield from ((obj, "attr", k, fields[k]) for k in ways if k in fields)
+        return
     yield from ((obj, "attr", k, v) for k, v in list(fields.items()))
     seen = set(fields)
     for klass in type(obj).__mro__:
@@ -192,6 +204,10 @@ def _object_links(obj: Any) -> Iterator[Link]:
 def _user_class(klass: type) -> bool:
     module = sys.modules.get(klass.__module__)
     return module is None or user_code(getattr(module, "__file__", None))
+
+
+def _defined_in(klass: type, folder: str) -> bool:
+    return (getattr(sys.modules.get(klass.__module__), "__file__", None) or "").startswith(folder)
 
 
 # -- what the function reaches and its modules hold, compared between calls --------------------
