@@ -6,7 +6,7 @@ its closure cells and defaults, its arguments, and from those the items of lists
 dicts, the fields of objects (modules, optimizers, dataclasses, any object's attributes and
 its class's), and the globals and cells of the functions and methods it calls. A record holds
 what it used by identity (a parameter it reads, an optimizer it steps), so the jit checks
-before each replay that every way to each such object still leads to it (`hold`): where
+before each replay that every way to each such object still leads to it (`Links.hold`): where
 another object stands now (`PARAMS["w"] = new`, `batch.w = new`, a global or a cell rebound,
 `model.head = Linear(...)`), the function records anew, as eager would use the new one.
 
@@ -81,7 +81,7 @@ class Reach:
     def reaches(self, obj: Any) -> bool:
         return id(obj) in self.objects
 
-    def links_to(self, targets: Iterable[Any]) -> list[Link]:
+    def links_to(self, targets: Iterable[Any]) -> Links:
         """Every link on a way from a root to one of `targets`."""
         links, seen = [], set()
         queue = [id(t) for t in targets]
@@ -93,12 +93,33 @@ class Reach:
             for link in self.into.get(key, ()):
                 links.append(link)
                 queue.append(id(link[0]))
-        return links
+        return Links(links)
 
 
-def hold(links: list[Link]) -> bool:
-    """Whether every link still leads to the object it led to when the map was made."""
-    return all(_follow(holder, kind, key) is child for holder, kind, key, child in links)
+class Links:
+    """Links a record checks before each replay, grouped so that the check is quick: most are a
+    key of a dict (an object's fields, a dict's items, a module's globals), some an index of a
+    list or tuple; the rest (cells, class attributes, slots) go through `_follow`."""
+
+    def __init__(self, links: Iterable[Link] = ()):
+        self.keyed, self.indexed, self.other = [], [], []
+        for holder, kind, key, child in links:
+            fields = vars(holder) if kind == "attr" else holder
+            if kind in ("item", "attr") and type(fields) is dict:
+                self.keyed.append((fields, key, child))
+            elif kind == "item" and type(holder) in (list, tuple):
+                self.indexed.append((holder, key, child))
+            else:
+                self.other.append((holder, kind, key, child))
+
+    def __len__(self) -> int:
+        return len(self.keyed) + len(self.indexed) + len(self.other)
+
+    def hold(self) -> bool:
+        """Whether every link still leads to the object it led to when the map was made."""
+        return (all(fields.get(key, _MISSING) is child for fields, key, child in self.keyed)
+                and all(i < len(items) and items[i] is child for items, i, child in self.indexed)
+                and all(_follow(holder, kind, key) is child for holder, kind, key, child in self.other))
 
 
 def _follow(holder: Any, kind: str, key: Any) -> Any:

@@ -23,7 +23,7 @@ from ..tensor import Tensor
 from . import watch
 from .program import Backward, Call, Live, Op
 from .liveness import plan_frees
-from .reach import Reach
+from .reach import Links, Reach
 from .tape import Tape, guard_state
 
 
@@ -435,7 +435,7 @@ class Recorder(Observer):
         plan_frees(tape)
         return tape
 
-    def _links(self) -> list:
+    def _links(self) -> Links:
         """The ways the function reached what the record holds from outside, checked before each
         replay (`reach.py`); refused if one of them was found no way the jit can look again."""
         held = [t for _, t in self.tape.captured if id(t) not in self.made_here] + list(self.held.values())

@@ -16,7 +16,7 @@ from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
 from .codegen import write_replay, write_walk
 from .program import Backward, Op
-from .reach import hold
+from .reach import Links
 
 
 class Tape:
@@ -36,7 +36,7 @@ class Tape:
         self.differentiable: tuple | None = None  # (slot, numbered plan) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
         self.guard: tuple = ((), [])  # the captured tensors, and each one's `guard_state` when first used
-        self.links: list = []  # the ways the function reached what the record holds (`reach.py`)
+        self.links = Links()  # the ways the function reached what the record holds (`reach.py`)
         self.modules: list = []  # the modules called while recording, and their train/eval modes
         self.modes: list[bool | None] = []
         self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
@@ -53,7 +53,7 @@ class Tape:
         first (None: the function set it itself before; a module the signature's search did not
         reach records anew), with no hook registered since (recording anew refuses it)."""
         tensors, states = self.guard
-        return (list(map(guard_state, tensors)) == states and hold(self.links)
+        return (list(map(guard_state, tensors)) == states and self.links.hold()
                 and all(mode is None or m.training == mode for m, mode in zip(self.modules, self.modes))
                 and not GLOBAL_HOOKS and not any(m._hooks for m in self.modules))
 
