@@ -112,9 +112,6 @@ class Links:
             else:
                 self.other.append((holder, kind, key, child))
 
-    def __len__(self) -> int:
-        return len(self.keyed) + len(self.indexed) + len(self.other)
-
     def hold(self) -> bool:
         """Whether every link still leads to the object it led to when the map was made."""
         return (all(fields.get(key, _MISSING) is child for fields, key, child in self.keyed)
