@@ -38,8 +38,9 @@ from functools import cached_property
 from time import perf_counter
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from . import observers
-from .backend import widened_sum
 from .function import Function, enable_grad, no_grad
 
 # ---------------------------------------------------------------------------------------
@@ -345,9 +346,11 @@ def sum_to(g: Any, shape: tuple) -> Any:
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
     if not axes:
         return g
-    is_tensor = hasattr(g, "grad_fn")  # create_graph: a Tensor, whose sum is itself recorded
-    summed = g.sum(axis=axes, keepdims=True) if is_tensor else widened_sum(g, axes, keepdims=True)
-    return summed.reshape(shape)
+    if hasattr(g, "grad_fn") or g.dtype != np.float16:  # a Tensor (create_graph): its Sum widens float16 itself
+        return g.sum(axis=axes, keepdims=True).reshape(shape)
+    # float16 added in float32 and rounded once, as PyTorch does: NumPy adds float16 along a
+    # strided axis in float16, where 10,000 ones make 2048
+    return g.sum(axis=axes, keepdims=True, dtype=np.float32).astype(np.float16).reshape(shape)
 
 
 def _tensor_backward(fn: Function, g: Any, tensor_math: Any) -> tuple:
