@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..function import Function, OnceDifferentiable
+from ..function import Function
 from .precision import in_float32
 
 
@@ -90,9 +90,13 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @in_float32  # float16's x * x overflows above 256: its gradient was 0 · inf = NaN
-class Gelu(OnceDifferentiable):
-    """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation.
-    Exact GELU at +inf is inf·1 = inf (PyTorch gives inf or NaN, depending on its code path)."""
+class Gelu(Function):
+    """y = x·Φ(x), Φ the normal distribution function (Hendrycks & Gimpel): exact, via erf, or
+    by PyTorch's tanh approximation Φ(x) ≈ ½(1 + t), t = tanh(√(2/π)·(x + 0.044715·x³)).
+    dx = g·(Φ(x) + x·φ(x)), φ = Φ' the normal density (the tanh form: its own derivative)
+
+    Exact GELU at +inf is inf·1 = inf (PyTorch gives inf or NaN, depending on its code path).
+    """
 
     saved = ("approximate", "t", "cdf")
 
@@ -107,9 +111,21 @@ class Gelu(OnceDifferentiable):
         return x * self.cdf
 
     def backward(self, g, x):
-        if self.approximate == "tanh":
-            t = self.t
+        if self.approximate == "tanh":  # on Tensors (create_graph), t again from x, as a node
+            t = self.xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)) if self.creating_graph else self.t
             du = SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)  # d/dx of tanh's argument
             return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du),)
+        cdf = 0.5 * (1 + Erf.apply(x * (1 / math.sqrt(2)))) if self.creating_graph else self.cdf  # Φ(x), a node
         pdf = self.xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))  # φ(x)
-        return (g * (self.cdf + x * pdf),)
+        return (g * (cdf + x * pdf),)
+
+
+class Erf(Function):
+    """y = erf(x) = (2/√π) ∫₀ˣ exp(-s²) ds;  dx = g·(2/√π)·exp(-x²)
+    (exact GELU's Φ as an op, for Gelu's gradient under create_graph)"""
+
+    def forward(self, x):
+        return self.backend.cast(self.backend.erf(x), x.dtype)  # erf may widen float16
+
+    def backward(self, g, x):
+        return (g * (2 / math.sqrt(math.pi)) * self.xp.exp(-x * x),)
