@@ -24,10 +24,10 @@ REDUCTIONS = ("mean", "sum", "none")
 
 @in_float32
 class CrossEntropy(Function):
-    """y = Σ_n s_n·(log Σ_c exp(x_nc) - Σ_c q_nc·x_nc) for logits x (N, C), where the row weight s_n is
-    1/(rows kept) for "mean", 1 for "sum" and "none" (one loss a row), 0 on ignored rows;
-    and q = (1 - ε)·onehot(target) + ε/C.
-    dlogits = (softmax(x) - q)·s·g;  dtarget = none (integer ids)
+    """y = Σ_n s_n·ℓ_n ("mean", "sum") or the ℓ_n themselves ("none"), for logits x (N, C):
+    ℓ_n = log Σ_c exp(x_nc) - Σ_c q_nc·x_nc, q = (1 - ε)·onehot(target) + ε/C, and s_n = 1/(rows kept)
+    ("mean") or 1, and 0 on ignored rows (as their ℓ_n).
+    dlogits = g·s_n·(softmax(x_n) - q_n);  dtarget = none (integer ids)
 
     Written for few passes over the (N, C) logits, the largest array of a language model:
     forward reads them for the max, the shift, the exponentials and their sum; backward

@@ -49,7 +49,7 @@ class Embedding(Function):
 
 
 class Dropout(Function):
-    """Zero each element with probability p and scale the rest by 1/(1-p) (`dropout_mask`)."""
+    """y = x·m, m = 0 with probability p and 1/(1 - p) otherwise (`dropout_mask`);  dx = g·m"""
 
     saved = ("scaled_keep",)
 

@@ -14,6 +14,8 @@ from ..function import Function
 
 
 class Sum(Function):
+    """y = Σ x over `axis`;  dx = g copied to every element it summed (broadcast back)"""
+
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
 
@@ -51,7 +53,8 @@ class Max(Function):
 
 
 class Expand(Function):
-    """Broadcast to a larger shape (a read-only view: no memory is copied)."""
+    """y = x broadcast to a larger `shape` (a read-only view: no memory is copied);
+    dx = g summed over the axes broadcasting added or stretched"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
