@@ -28,9 +28,9 @@ def attention_weights(xp, q, k, keep, scale):
     """softmax(q kᵀ · scale) over the kept keys, on raw arrays: (..., Tq, Tk).
 
     Every step after the product works in place on the scores' one buffer, the largest
-    array of attention. A row with no finite score is shifted by 0, not by its max
-    (-inf - (-inf) is NaN), and divided by infinity, not by its sum 0: all zero, without
-    another pass over the weights.
+    array of attention. A row with no finite score comes out all zero without another pass
+    over the weights: shifted by 0 rather than its max (-inf - (-inf) is NaN) and divided by
+    infinity rather than its sum 0.
     """
     scores = q @ k.swapaxes(-1, -2)  # (..., Tq, Tk)
     scores *= q.dtype.type(scale)
@@ -40,11 +40,11 @@ def attention_weights(xp, q, k, keep, scale):
             scores = xp.broadcast_to(scores, shape).copy()
         xp.copyto(scores, -xp.inf, where=~keep)
     top = row_max(xp, scores)  # (..., Tq, 1)
-    top[top == -xp.inf] = 0
+    top[top == -xp.inf] = 0  # a row with no finite score: its -inf stay -inf
     scores -= top
     p = xp.exp(scores, out=scores)
-    total = row_sums(xp, p)  # (..., Tq, 1)
-    total[total == 0] = xp.inf
+    total = row_sums(xp, p)  # (..., Tq, 1): at least e⁰ = 1 on a row with a finite score
+    total[total == 0] = xp.inf  # on the others: 0 / inf = 0
     p /= total
     return p
 

@@ -98,8 +98,8 @@ class LayerNorm(Function):
             centred = x - x.mean(axis=-1, keepdims=True)  # (..., D)
             rstd = 1 / ((centred * centred).mean(axis=-1, keepdims=True) + self.eps).sqrt()  # (..., 1)
             x_hat, rows = centred * rstd, tuple(range(g.ndim - 1))
-            gx = g * w  # (..., D) the gradient of x̂
-            gx = (gx - gx.mean(axis=-1, keepdims=True) - x_hat * (gx * x_hat).mean(axis=-1, keepdims=True)) * rstd
+            gh = g * w  # (..., D) ĝ, the gradient of x̂
+            gx = (gh - gh.mean(axis=-1, keepdims=True) - x_hat * (gh * x_hat).mean(axis=-1, keepdims=True)) * rstd
             return (gx, (g * x_hat).sum(axis=rows) if self.needs_grad[1] else None,
                     g.sum(axis=rows) if self.needs_grad[2] else None)
         x_hat, rstd = self.x_hat, self.rstd

@@ -65,7 +65,8 @@ def row_max(xp, x):
 
     NumPy's reduce walks short rows one at a time (attention's rows are a sequence's keys);
     log2(n) elementwise maximums over the whole array are 3× faster at n = 12, and the result
-    is the same (a maximum is exact). (..., n) -> (..., 1)
+    is the same (a maximum is exact). (..., n) -> (..., 1); empty rows (n = 0) -> (..., 0), which
+    has no maximum but subtracts from them all the same.
     """
     top = x
     while top.shape[-1] > 1:
