@@ -178,6 +178,30 @@ def test_scatter_add_accumulates_repeated_indices(device):
         np.testing.assert_array_equal(backend.to_host(table), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index", ["rows", "elements"])
+def test_scatter_add_adds_in_one_fixed_order_at_every_call(device, dtype, index):
+    """Seen on an H200 (CuPy's add.at, atomic adds in the order threads happen to run): the
+    same training step's gradient changed in its last bits from run to run, so a jit replay no
+    longer equalled eager and a resumed run no longer equalled an uninterrupted one. Every
+    device adds each position's values in the order they come, the sequential sum, bit for bit
+    (the strict device's own add.at adds in a random order, as atomics do: this test fails
+    there when the backend scatters with it)."""
+    backend, rng = tx.get_backend(device), np.random.default_rng(3)
+    n = 3000
+    values = (rng.standard_normal((n, 4)) * 10.0 ** rng.uniform(-3, 3, (n, 1))).astype(dtype)  # (n, 4)
+    if index == "rows":  # an embedding's gradient: ids into rows, negative ones wrapped
+        where, shape = rng.integers(-6, 6, n), (6, 4)
+    else:  # advanced indexing on two axes: element by element
+        where, shape = (rng.integers(0, 6, (n, 4)), rng.integers(0, 4, (n, 4))), (6, 4)
+    expected = np.zeros(shape, dtype)
+    np.add.at(expected, where, values)  # NumPy adds one value at a time, in order
+    on_device = tuple(map(backend.from_host, where)) if index == "elements" else backend.from_host(where)
+    for _ in range(3):
+        target = backend.xp.zeros(shape, dtype=dtype)
+        backend.scatter_add(target, on_device, backend.from_host(values))
+        np.testing.assert_array_equal(backend.to_host(target), expected)
+
 def test_bernoulli_keep_drops_a_fraction_p(device):
     """The dropout mask's drop rate is p (within 5 standard deviations of a binomial count),
     for each p, and the two halves of one 64-bit draw are not tied together."""
