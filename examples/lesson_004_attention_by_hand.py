@@ -12,10 +12,16 @@
 
 # %%
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
+
+import models  # installed from this checkout (pip install -e .): a notebook finds examples/ from any folder
+
+sys.path.insert(0, str(Path(models.__file__).resolve().parents[1] / "examples"))
 from autograd_walkthrough import EMBEDDINGS, TOKENS
-from lesson_kit import Checks, heatmaps, options
+from lesson_kit import TORCH, Checks, heatmaps, options, result
 
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
@@ -101,7 +107,7 @@ try:
     print(f"ours vs torch.nn.MultiheadAttention: max difference {torch_gap:.1e}")
 except ImportError:
     torch_gap = None
-    print("PyTorch is not installed: no comparison with nn.MultiheadAttention")
+    print("PyTorch is not installed: no comparison with nn.MultiheadAttention (the checks say so)")
 
 # %% [markdown]
 # ## How the slope itself changes: a second derivative through attention
@@ -197,7 +203,9 @@ heatmaps(big[None], args.out / "positional_encoding.png", ["PE(pos, dim), d_mode
 check("the five steps, word by word, equal the matrix form", np.allclose(z_loop, z_matrix))
 check("our boolean mask gives the seed's additive -1e9 mask's weights", np.allclose(our_weights, seed_weights))
 check("blocked weights are exactly 0", bool(np.all(our_weights[~keep] == 0)))
-if torch_gap is not None:
+if torch_gap is None:
+    check.skip("MultiHeadAttention equals torch.nn.MultiheadAttention", TORCH)
+else:
     check("MultiHeadAttention equals torch.nn.MultiheadAttention", torch_gap < 1e-5, f"{torch_gap:.1e}")
 check("the curvature along d from backward twice equals the slope's central difference",
       abs(curvature - finite_curvature) < 1e-9, f"{curvature:.12f} vs {finite_curvature:.12f}")
@@ -206,4 +214,7 @@ if hessian_gap is not None:
 check("sinusoidal_table gives the seed's hand-computed values", pe_gap < 1e-12, f"{pe_gap:.1e}")
 check("PE(2) follows from PE(1) by the double-angle identities", rotation_gap < 1e-12, f"{rotation_gap:.1e}")
 check("PE(pos + k) is a fixed rotation of PE(pos)", shift_gap < 1e-12, f"{shift_gap:.1e}")
+result(("" if torch_gap is None else f"PyTorch's `MultiheadAttention` within {torch_gap:.0e}; ")
+       + f"the tutorial's hand-computed values {'exactly' if pe_gap == 0 else f'within {pe_gap:.0e}'}, and its "
+       f"identities within {max(rotation_gap, shift_gap):.0e}")
 check.finish()

@@ -41,6 +41,7 @@ class Group:
     nccl: NcclCommunicator | None = None
     comm: Any = None  # the mpi4py communicator
     timeout: float = DEFAULT_TIMEOUT_S
+    gpu_chosen: bool = False
 
     def communicator(self, backend: Backend) -> MpiCommunicator | NcclCommunicator:
         """NCCL for GPU arrays (made on first use: every rank gets here with the same
@@ -70,14 +71,22 @@ def init(device: str | None = None) -> Group:
 
     With device "cuda", each rank takes the GPU `local_rank % number of GPUs`, so ranks on
     one host use different GPUs: call it before the first tensor on "cuda" (even before
-    `tx.set_device("cuda")`, which already allocates on the current GPU).
+    `tx.set_device("cuda")`, which already allocates on the current GPU). A rank may join
+    first and name its device later (the ranks can agree on it before any touches a GPU).
     """
     global _group
-    if _group is not None:
-        return _group
+    if _group is None:
+        _group = _join()
+    if device == "cuda" and launched_by_mpi() and not _group.gpu_chosen:
+        _choose_gpu(_group.local_rank)
+        _group.gpu_chosen = True
+    return _group
+
+
+def _join() -> Group:
+    """This process's place in the job mpiexec started; a job of one without mpiexec."""
     if not launched_by_mpi():
-        _group = Group()
-        return _group
+        return Group()
     try:
         from mpi4py import MPI
     except ImportError as e:
@@ -85,13 +94,11 @@ def init(device: str | None = None) -> Group:
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks that share this host's memory
     timeout = _timeout_from_environment()
-    _group = Group(comm.rank, comm.size, local.rank, MpiCommunicator(comm, timeout), comm=comm, timeout=timeout)
+    joined = Group(comm.rank, comm.size, local.rank, MpiCommunicator(comm, timeout), comm=comm, timeout=timeout)
     local.Free()
     if comm.size > 1:
         sys.excepthook = _abort_on_uncaught
-    if device == "cuda":
-        _choose_gpu(_group.local_rank)
-    return _group
+    return joined
 
 
 def _timeout_from_environment() -> float:
