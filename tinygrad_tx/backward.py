@@ -38,8 +38,9 @@ from functools import cached_property
 from time import perf_counter
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from . import observers
-from .backend import widened_sum
 from .function import Function, enable_grad, in_place, no_grad
 
 # ---------------------------------------------------------------------------------------
@@ -62,8 +63,9 @@ class BackwardPlan:
     where another already waits is added to it. `delivers` maps a step to the leaves complete
     after it (those with post-accumulate-grad hooks); `freed` lists steps whose node an earlier
     backward released, `changed` the (step, input, shape) of inputs modified after their op
-    used them (in place of an input number, the name of a saved array: `y` of `exp`): a plan with either cannot run (`check_runnable`). In a `tx.jit` record the
-    nodes and leaves are numbers, and `ops` names each step's op.
+    used them (for an array the op saved, its name in place of the input: `p` of attention): a
+    plan with either cannot run (`check_runnable`). In a `tx.jit` record the nodes and leaves
+    are numbers, and `ops` names each step's op.
     """
 
     def __init__(self, nodes: list, shapes: list, routes: list, leaves: list, retain_graph: bool,
@@ -142,7 +144,8 @@ class BackwardPlan:
                 continue
             if step.changed:
                 inputs = ", ".join(str(k) for k in step.changed if type(k) is int)
-                what = "; ".join([f"input {inputs}"] * bool(inputs) + [f"saved {k}" for k in step.changed if type(k) is str])
+                saved = [f"saved {k}" for k in step.changed if type(k) is str]
+                what = "; ".join([f"input {inputs}"] * bool(inputs) + saved)
                 lines.append(f"{i:>4}  {name:<14}{what} modified after the op used it: this walk cannot run")
                 continue
             sends = []
@@ -180,7 +183,7 @@ class PlanStep:
     releases: bool  # its inputs and saved arrays are freed after this step
     delivers: tuple[int, ...]  # leaves complete after this step, delivered at once
     freed: bool  # released by an earlier backward: the walk cannot run
-    changed: tuple[int | str, ...]  # inputs (saved arrays, by name) modified after the op used them: the walk cannot run
+    changed: tuple[int | str, ...]  # inputs (arrays it saved: by name) modified after the op used them: cannot run
 
 
 def _leaf_name(t: Any) -> str:
@@ -350,9 +353,11 @@ def sum_to(g: Any, shape: tuple) -> Any:
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
     if not axes:
         return g
-    is_tensor = hasattr(g, "grad_fn")  # create_graph: a Tensor, whose sum is itself recorded
-    summed = g.sum(axis=axes, keepdims=True) if is_tensor else widened_sum(g, axes, keepdims=True)
-    return summed.reshape(shape)
+    if hasattr(g, "grad_fn") or g.dtype != np.float16:  # a Tensor (create_graph): its Sum widens float16 itself
+        return g.sum(axis=axes, keepdims=True).reshape(shape)
+    # float16 added in float32 and rounded once, as PyTorch does: NumPy adds float16 along a
+    # strided axis in float16, where 10,000 ones make 2048
+    return g.sum(axis=axes, keepdims=True, dtype=np.float32).astype(np.float16).reshape(shape)
 
 
 def _tensor_backward(fn: Function, g: Any, tensor_math: Any) -> tuple:

@@ -8,8 +8,9 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    unary, reduce, shape, select, nn, fused, loss, attention). Defining the class
    registers it in `REGISTRY` under its class name; re-export it from
    `tinygrad_tx/ops/__init__.py`. Its docstring says its forward math and each input's
-   gradient, in a line or two (`y = exp(x);  dx = g·y`): the explorer shows that text
-   beside the node, and a test fails on an op without its own.
+   gradient, in a line or two (`y = exp(x);  dx = g·y`: a clause `y = ...` and one
+   `d<input> = ...` for each input of backward, clauses split by lines or `;`): the
+   explorer shows that text beside the node, and a test fails on an op without it.
 
 2. **`forward(self, *arrays, **params)`** computes on raw backend arrays (NumPy or
    CuPy: use `self.xp` for array functions and `self.backend` for random numbers,
@@ -43,8 +44,11 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    backward with Tensors and `self.xp` set to those functions (`self.creating_graph` is
    then True), so every step of the gradient is itself recorded. A fused op whose fast
    backward needs more (in-place updates, `scatter_add`, other `xp` functions) branches
-   on `self.creating_graph` and builds its gradient from differentiable ops there; an op
-   that cannot subclasses `OnceDifferentiable`, and a second derivative raises a clear error.
+   on `self.creating_graph` and builds its gradient from differentiable ops there (what
+   forward saved is a constant then: take it again from the inputs, as nodes, e.g.
+   `Softmax.apply(x)`; ops/fused.py). Every op of the registry is differentiable twice, and a
+   test checks it; `OnceDifferentiable` is left for `tx.jit`'s whole-replay node, through
+   which a second derivative raises a clear error.
 
 5. **Give users a way in**: a Tensor method (`tensor.py`) or a function
    (`functional.py`) that checks arguments, lifts numbers with `x._pair`, and calls
@@ -54,9 +58,10 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    add `"YourOp": {"basic": Case(lambda x: x.your_op(), lambda d: [d.n(3, 4)])}` to
    `CASES` (`d.n`, `d.pos`, `d.away`, `d.distinct` draw float64 inputs; each float
    array becomes a Tensor that requires grad; the case must really run your op),
-   and add the name to `TWICE` if it is twice differentiable. The suite then runs
-   finite differences with a random upstream gradient on every device, a second
-   -order check, and checks that forward stored nothing undeclared. Where PyTorch
+   and the suite runs finite differences with a random upstream gradient on every device,
+   a second-order check (`twice=False` skips it for a case where finite differences cannot
+   see the second derivative, such as a tie of max), a check that the create_graph
+   gradient equals the fast one, and checks that forward stored nothing undeclared. Where PyTorch
    has the op, add a row to `tests/engine/test_torch_parity.py` (`UNARY`, `ARITH`,
    ... or a test calling `compare(torch, device, dtype, ours, theirs, *arrays)`).
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import observers
 from .ops import (REDUCTIONS, Attention, Cat, CrossEntropy, Dropout, Embedding, LayerNorm, Linear, as_mask,
-                  attention_keep, attention_weights)
+                  as_rows, attention_keep, attention_weights)
 from .tensor import Tensor
 
 __all__ = ["as_ids", "cat", "stack", "linear", "relu", "gelu", "softmax", "log_softmax", "layer_norm", "dropout", "embedding",
@@ -30,7 +30,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
         raise ValueError(f"linear: input {x.shape}, weight {w.shape} and bias {b.shape} do not fit "
                          "(need (..., in), (in, out), (out,))")
     (x, w), (_, b) = x._pair(w, "linear"), x._pair(b, "linear")  # one dtype, or a clear error
-    y = Linear.apply(x.reshape(-1, x.shape[-1]), w, b)  # (N, out)
+    y = Linear.apply(as_rows(x), w, b)  # (N, out)
     return y.reshape(*x.shape[:-1], w.shape[-1])
 
 
@@ -126,7 +126,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, cau
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"attention: dropout_p must be in [0, 1), not {dropout_p}")
     mask = None if mask is None else as_mask(mask, q.backend, "scaled_dot_product_attention")
-    scale = 1 / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0  # d = 0: every score is 0, whatever the scale
     out = Attention.apply(q, k, v, mask=mask, causal=causal, dropout_p=dropout_p, scale=scale)
     if not return_weights:
         return out

@@ -431,7 +431,7 @@ def _matmul(x: Tensor, y: Tensor) -> Tensor:
     if y.ndim == 1:
         return _matmul(x, y.reshape(-1, 1)).reshape(x.shape[:-1])
     if y.ndim == 2 and x.ndim > 2:
-        flat = ops.MatMul.apply(x.reshape(-1, x.shape[-1]), y)  # (B·T, m)
+        flat = ops.MatMul.apply(ops.as_rows(x), y)  # (B·T, m)
         return flat.reshape(*x.shape[:-1], y.shape[-1])
     return ops.MatMul.apply(x, y)
 

@@ -16,8 +16,11 @@ from ..function import Function
 
 
 class Getitem(Function):
-    """`x[index]`; `ranges` lists (position in `index`, axis) of each integer array, checked
-    here, in forward, because ids are values: whatever runs forward checks each call's ids."""
+    """y = x[index] (ints, slices, None, Ellipsis, integer and boolean arrays);
+    dx = g sent back to where each element came from, added where one was picked twice (a scatter-add)
+
+    `ranges` lists (position in `index`, axis) of each integer array, checked here, in
+    forward, because ids are values: whatever runs forward checks each call's ids."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
@@ -45,7 +48,8 @@ def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool
 
 
 class ScatterAdd(Function):
-    """Getitem's gradient as an op (used under create_graph); its own gradient is Getitem."""
+    """y = zeros(shape) with g added at `index` (Getitem's gradient as an op, used under create_graph);
+    dg = gg[index]: its own gradient is indexing again"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
@@ -149,7 +153,7 @@ class Compare(Function, register=False):
 
 
 class MaskedFill(Function):
-    """`value` where the mask is True, x elsewhere; no gradient flows to filled places."""
+    """y = `value` where the mask is True, x elsewhere;  dx = g where the mask is False, 0 where filled"""
 
     saved = ("mask",)
 
@@ -162,7 +166,7 @@ class MaskedFill(Function):
 
 
 class Where(Function):
-    """a where cond is True, b elsewhere: the gradient goes to whichever was picked.
+    """y = a where cond is True, b elsewhere;  da = g where cond, 0 elsewhere;  db = g where not cond, 0 elsewhere
 
     Both branches are computed everywhere, so `where(x > 0, x.sqrt(), 0)` still
     differentiates sqrt at x < 0 and the NaN (times 0) poisons the gradient. The

@@ -6,6 +6,8 @@ from ..function import Function
 
 
 class Reshape(Function):
+    """y = x's elements, in the same (row-major) order, in a new shape;  dx = g reshaped to x's shape"""
+
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, shape):
@@ -16,7 +18,7 @@ class Reshape(Function):
 
 
 class Transpose(Function):
-    """Permute axes (NumPy's `transpose(axes)`); the gradient applies the inverse permutation."""
+    """y = x with its axes permuted (NumPy's `transpose(axes)`);  dx = g with the inverse permutation"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axes",)
@@ -31,7 +33,7 @@ class Transpose(Function):
 
 
 class Cat(Function):
-    """Join along an existing axis; each input's gradient is its slice of g."""
+    """y = xs[0], xs[1], ... joined along an existing `axis`;  dxs[i] = the slice of g that xs[i] filled"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
