@@ -225,7 +225,8 @@ def run_translate(args: argparse.Namespace) -> None:
 
 
 def run_explore(args: argparse.Namespace) -> None:
-    from .explore import open_explorer, save_page, wait_for_run_json
+    from .explore import open_explorer, save_page
+    from .explore_files import wait_for_run_json
 
     if args.html:
         save_page(args.run_dir, args.html, args.device)

@@ -12,7 +12,7 @@ of a step graph; this file adds what only a translation run has:
   they change (server-sent events), and the attention of one sentence at each kept
   checkpoint;
 - a guided tour of the step (explore_tour.py).
-Live means live: each view reads its checkpoint as it is on disk now (`Checkpoints`
+Live means live: each view reads its checkpoint as it is on disk now (explore_files.py
 loads a file again whenever it changed) and says which checkpoint and step it shows.
 A run that has no checkpoint yet (before its first validation) can be opened at
 once: those views say they wait for it, and fill in when it appears.
@@ -20,10 +20,8 @@ once: those views say they wait for it, and fill in when it appears.
 from __future__ import annotations
 
 import json
-import re
-import sys
 import time
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import quote
@@ -38,124 +36,21 @@ from tinygrad_tx.inspect.explorer import (BadRequest, Explorer, SavedPage, StepR
 from tinygrad_tx.inspect.explorer.export import check_page_path, write_page
 from tinygrad_tx.inspect.explorer.params import text, whole
 
-from .corpus import Sources, group_references, normalise
-from ..text.data import BOS_ID, EOS, EOS_ID, PAD, PAD_ID, Vocab, encode_pairs, pad
-from ..text.tokenization import Tokenizer
+from .corpus import normalise
+from ..text.data import BOS_ID, EOS, EOS_ID, PAD, PAD_ID, encode_pairs, pad
 from ..transformer import Transformer
 from .evaluation import BEAM, InputTooLong, encode_sources, translate
+from .explore_files import CHECKPOINTS, Checkpoints, RunFiles, read_run_files, stamp
 from .explore_tour import tour
-from .run import (LOCK, SNAPSHOTS, RunError, check_vocabularies, load_checkpoint, read_held_out, read_metrics,
-                  read_run_json, read_tokenizers, read_vocabs)
+from .run import RunError, read_metrics
 from ..beam_tree import BeamTree
 
 STEP_PAIRS = 4
 """The batch of the step graph: this many validation pairs (a small graph a learner can follow)."""
 MAX_BEAM = 16
-CHECKPOINTS = ("best.npz", "last.npz")
-SNAPSHOT = re.compile(rf"{SNAPSHOTS}/step_(\d+)\.npz")
 POLL_S = 0.5
 """How often the training stream looks at metrics.jsonl and the checkpoints."""
 KEEP_ALIVE_S = 10.0
-WAIT_FOR_RUN_S = 0.2
-"""How often `explore` on a directory `train` is still setting up looks for run.json."""
-FIRST_VALIDATION = "no checkpoint yet: {what} appears after the run's first validation (every {every} steps)"
-
-
-@dataclass
-class RunFiles:
-    """What a run directory fixes when it starts: settings, vocabularies, tokenizers, held-out pairs."""
-
-    directory: Path
-    settings: dict
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    tokenizers: tuple[Tokenizer, Tokenizer]
-    valid: Sources
-
-
-def read_run_files(directory: Path) -> RunFiles:
-    """The run's files, checked; a missing or damaged one is a RunError that names it."""
-    if not directory.is_dir():
-        raise RunError(f"run directory {directory} does not exist" if not directory.exists()
-                       else f"{directory} is a file, not a run directory")
-    run = read_run_json(directory)
-    src_vocab, tgt_vocab = read_vocabs(directory, run)
-    return RunFiles(directory, run, src_vocab, tgt_vocab, read_tokenizers(directory, run),
-                    group_references(read_held_out(directory, run, "valid")))
-
-
-def wait_for_run_json(directory: str | Path) -> None:
-    """`train` has claimed `directory` (train.lock) but not yet written run.json: wait for it,
-    so `explore` can start with the run (Ctrl-C stops the wait)."""
-    directory = Path(directory)
-    if directory.is_dir() and (directory / LOCK).exists() and not (directory / "run.json").exists():
-        print(f"waiting for `train` to write {directory / 'run.json'} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-        while not (directory / "run.json").exists():
-            time.sleep(WAIT_FOR_RUN_S)
-        time.sleep(WAIT_FOR_RUN_S)  # the files written right after it (vocab.json, valid.tsv)
-
-
-class Checkpoints:
-    """The run's checkpoints as they are on disk now: a file is loaded again whenever it changed
-    (`train` replaces each by renaming a new file over it, so a new file is a new inode)."""
-
-    def __init__(self, files: RunFiles, device: str):
-        self.files, self.device = files, device
-        self._loaded: dict[str, tuple[tuple, Transformer, dict]] = {}  # name -> (stamp, model, about)
-
-    def names(self) -> list[str]:
-        """The snapshots of `train --snapshots` in step order, then last.npz and best.npz: the names
-        the page may ask for (looked up in this list, never joined to a path as given)."""
-        directory = self.files.directory
-        snapshots = [f"{SNAPSHOTS}/{path.name}" for path in sorted(directory.glob(f"{SNAPSHOTS}/step_*.npz"))]
-        return snapshots + [name for name in reversed(CHECKPOINTS) if (directory / name).is_file()]
-
-    def get(self, name: str, what: str) -> tuple[Transformer, dict]:
-        """The model of checkpoint `name` as it is now, and {"checkpoint", "step"}; `Waiting` (saying
-        that `what` waits for it) when the file is not there yet or cannot be read."""
-        path = self.files.directory / name
-        for _ in range(3):  # a file replaced while it was read is read again
-            stamp = _stamp(path)
-            if stamp is None:
-                raise Waiting(FIRST_VALIDATION.format(what=what, every=self._every()))
-            if name in self._loaded and self._loaded[name][0] == stamp:
-                return self._loaded[name][1:]
-            try:
-                state = load_checkpoint(path)
-            except RunError as e:
-                raise Waiting(f"{e}; {what} waits for the next checkpoint") from None
-            if _stamp(path) == stamp:
-                break
-        model = self._model(state, path)
-        snapshot = SNAPSHOT.fullmatch(name)
-        step = int(snapshot[1]) if snapshot else int(state["step"]) if "step" in state else None
-        self._loaded[name] = (stamp, model, {"checkpoint": name, "step": step})
-        return self._loaded[name][1:]
-
-    def _model(self, state: dict, path: Path) -> Transformer:
-        try:
-            model = Transformer.from_state(state, path)
-        except (KeyError, TypeError, ValueError) as e:
-            raise Waiting(f"{path} does not hold a usable model: {e}") from None
-        files = self.files
-        try:
-            check_vocabularies(files.directory, (model.config.src_vocab, model.config.tgt_vocab),
-                               files.src_vocab, files.tgt_vocab)
-        except RunError as e:
-            raise Waiting(str(e)) from None
-        return model.to(self.device).eval()
-
-    def _every(self) -> str:
-        return str(self.files.settings.get("settings", {}).get("eval_every", "?"))
-
-
-def _stamp(path: Path) -> tuple | None:
-    """What tells one version of a file from the next (None: no file)."""
-    try:
-        s = path.stat()
-    except FileNotFoundError:
-        return None
-    return s.st_ino, s.st_mtime_ns, s.st_size
 
 
 def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
@@ -191,7 +86,8 @@ class RunViews:
     def info(self, params: dict) -> dict:
         settings = self.files.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
-        return {"title": f"{self.files.directory.name}: {what}", "views": ["graph", "translate", "training", "compiled"],
+        return {"title": f"{self.files.directory.name}: {what}",
+                "views": ["graph", "translate", "training", "compiled"],
                 "example": self.files.valid[0][0], "beam": BEAM, "max_beam": MAX_BEAM, "live": True, "tour": True}
 
     # -- the step graph ---------------------------------------------------------------------
@@ -200,10 +96,9 @@ class RunViews:
         model, about = self.checkpoints.get("last.npz", "the graph of a training step")
         if self._record is None or self._record[0] is not about:
             self.batch = batch = self._batch()
-
-            def training_step() -> tx.Tensor:
-                return self._training_loss(model, *batch)
-            record = StepRecord(training_step, (), labels=_token_labels(batch, self.files))
+            # a partial, not a closure: no frame of the explorer's between the loss line and the model's
+            record = StepRecord(partial(self._training_loss, model, *batch), (),
+                                labels=_token_labels(batch, self.files))
             record.about = about
             self._record = (about, record)
         return self._record[1]
@@ -222,7 +117,7 @@ class RunViews:
         tx.manual_seed(0)
         model.train()
         try:
-            logits = model(src, tgt_in)  # (B, T, V)
+            logits = model(tx.Tensor(src, name="source ids"), tx.Tensor(tgt_in, name="decoder input ids"))  # (B, T, V)
             return F.cross_entropy(logits, tgt_out, ignore_index=PAD_ID, label_smoothing=smoothing)
         finally:
             model.eval()
@@ -292,7 +187,7 @@ class RunViews:
         path, sent, size, seen, quiet = self.files.directory / "metrics.jsonl", 0, -1, None, 0.0
         while True:
             now, kept = (path.stat().st_size if path.is_file() else 0), self.checkpoints.names()
-            versions = {name: "-".join(map(str, _stamp(self.files.directory / name) or ())) for name in CHECKPOINTS}
+            versions = {name: "-".join(map(str, stamp(self.files.directory / name) or ())) for name in CHECKPOINTS}
             if now != size or (kept, versions) != seen or quiet >= KEEP_ALIVE_S:
                 records = read_metrics(path) if now != size else []
                 if len(records) < sent and now != size:  # rewritten shorter (a resumed run): start again

@@ -61,9 +61,9 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         stop("3. One attention head", attn, "value",
              "Self-attention lets every position gather from every other: it scores each pair of positions by "
              "a dot product of a query and a key, turns each row of scores into weights that sum to 1 (softmax), "
-             f"and adds up the values with those weights. In head 0, {'; '.join(looks)}. "
-             "Press “open into its parts” in the panel to step through scores, scale, mask, softmax and the "
-             "weighted sum.")
+             f"and adds up the values with those weights. In head 0, {'; '.join(looks)} (the weights are p, "
+             "under “saved for backward”). Press “open into its parts” in the panel to step through scores, "
+             "scale, mask, softmax and the weighted sum.")
     norm = find("LayerNorm", "encoder.layers.0.attn_res")
     if norm:
         before = value(record.nodes[norm]["inputs"][0])[0, 0]
@@ -107,11 +107,12 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         prob /= prob.sum(axis=-1, keepdims=True)
         right = int(host(targets.data)[0, 0])
         top = int(prob[0].argmax())
+        choice = ("which is also the model's first choice" if top == right else
+                  f"and the model's first choice is “{files.tgt_vocab.tokens[top]}” ({prob[0, top]:.2f})")
         stop("8. A score for every piece", logits, "value",
              f"A final linear layer turns each position's vector into {z.shape[-1]} scores, one per target piece; "
              f"softmax makes them probabilities. At position 0 the right piece “{files.tgt_vocab.tokens[right]}” "
-             f"gets p = {prob[0, right]:.2f}, and the model's first choice is “{files.tgt_vocab.tokens[top]}” "
-             f"({prob[0, top]:.2f}).")
+             f"gets p = {prob[0, right]:.2f}, {choice}.")
         t = host(targets.data)
         real = int((t != PAD_ID).sum())
         smoothing = files.settings["settings"].get("label_smoothing", 0.0)
@@ -121,12 +122,13 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
                 if smoothing else "") + f". Here it is {value(loss).item():.3f}; a model guessing uniformly would "
              f"score log {z.shape[-1]} = {math.log(z.shape[-1]):.2f}.")
         g = grad(logits)[0, 0]  # (V,)
-        wrong = int(np.argmax(np.where(np.arange(len(g)) == right, -np.inf, -g)))
+        wrong = int(np.argmax(np.where(np.arange(len(g)) == right, -np.inf, g)))  # the wrong piece pushed down most
         stop("10. Backward starts at the loss", logits, "grad",
              "Backward asks how the loss changes with every number that made it, walking the graph from the loss "
              "back to the weights. The loss sends the scores (softmax − target) / n: at position 0 the right "
-             f"piece's score gets {g[right]:.3g} (negative: raising it lowers the loss) and “"
-             f"{files.tgt_vocab.tokens[wrong]}” {g[wrong]:.3g}. Padded positions get exactly 0.", "backward")
+             f"piece's score gets {g[right]:.3g} (negative: raising it lowers the loss) and the wrong piece “"
+             f"{files.tgt_vocab.tokens[wrong]}” {g[wrong]:.3g} (positive: lowering it does). Padded positions "
+             "get exactly 0.", "backward")
     if cross and record.gradient(cross) is not None:
         stop("11. Back through attention", cross, "grad",
              f"The gradient reaching cross-attention's output (norm {np.linalg.norm(grad(cross)):.3g}) is split "

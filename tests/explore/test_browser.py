@@ -120,7 +120,7 @@ def panel_heading(page) -> str:
 def test_graph_keys_scales_and_one_numbering(page, walkthrough_url, shots):
     open_page(page, walkthrough_url)
     key = page.inner_text("#graph .key")
-    for words in ("leaf", "constant", "module call", "this step's node", "gets a gradient", "already visited"):
+    for words in ("leaf", "constant", "module call", "backward: this step", "gets a gradient", "visited"):
         assert words in key
     edges = page.locator("#graph path.edge")
     assert edges.count() > 20 and edges.first.get_attribute("marker-end") == "url(#arrow-graph)"
@@ -229,6 +229,13 @@ def test_every_gradient_the_page_shows_equals_grad(page, walkthrough_url):
         assert norm == pytest.approx(np.linalg.norm(expected), rel=2e-3)
         checked += 1
     assert checked == len(truth) == 26  # 21 ops and 5 leaves
+    for step in range(1, 22):  # and the gradient arriving at each step of the walk is that node's .grad
+        page.keyboard.press("ArrowRight")
+        page.wait_for_selector(f"#panel h2:has-text('backward step {step}:')")
+        arriving = page.locator("#panel section", has_text="gradient arriving")
+        expected = truth[f"op{step}"]
+        plane = np.atleast_2d(expected[(0,) * max(expected.ndim - 2, 0)])
+        np.testing.assert_allclose(shown_cells(arriving), plane, rtol=2e-3, atol=1e-12, err_msg=f"step {step}")
     assert page.errors == []
 
 
@@ -332,7 +339,8 @@ def test_translate_and_training_views(page, run_url, tiny_run, shots):
     assert len(loss.locator("text.tick").all_text_contents()) >= 5  # ticks on both axes, not just the ends
     assert "training step" in loss.inner_text()
     legend_y = float(loss.locator("text.legend").first.get_attribute("y"))
-    top_of_plot = min(float(y) for y in loss.locator("line.axis").evaluate_all("ls => ls.map(l => l.getAttribute('y1'))"))
+    axes = loss.locator("line.axis").evaluate_all("ls => ls.map(l => l.getAttribute('y1'))")
+    top_of_plot = min(float(y) for y in axes)
     assert legend_y < top_of_plot  # the legend above the plot, never under its lines
     box = loss.locator("svg").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)

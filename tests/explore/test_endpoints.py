@@ -13,7 +13,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,6 +155,9 @@ def test_the_run_graph_shows_no_frame_of_the_explorer_or_the_command_line(run_ex
             files = [f["file"] for f in run_explorer.get["/api/node"]({"id": node["id"]})["frames"]]
             assert not any(f.endswith(("cli.py", "runpy.py", "__main__.py")) or "/_pytest/" in f or "/pluggy/" in f
                            for f in files), files
+            functions = [f["function"] for f in run_explorer.get["/api/node"]({"id": node["id"]})["frames"]
+                         if f["file"].endswith("translate/explore.py")]
+            assert functions in ([], ["_training_loss"])  # the loss line: the one line of the explorer's in the step
 
 
 def test_tensors_are_named_by_the_parameters_they_were_passed_as():
@@ -167,7 +169,9 @@ def test_tensors_are_named_by_the_parameters_they_were_passed_as():
 
 def test_the_runs_targets_are_named(run_explorer):
     constants = {n["title"]: n for n in run_explorer.get["/api/graph"]({})["nodes"] if n["kind"] == "const"}
-    assert constants["target ids"]["shape"][0] == 4 and constants["target ids"]["dtype"] == "int64"
+    for name in ("source ids", "decoder input ids", "target ids"):
+        assert constants[name]["shape"][0] == 4 and constants[name]["dtype"] == "int64"
+    assert "constant" not in constants  # the positional table is named by its module, the ids by the step
 
 
 def softmax_class() -> type:
@@ -210,7 +214,8 @@ def test_compiled_lines_are_in_the_graphs_numbers_and_linked(walkthrough_url):
     backward = [line["node"] for line in compiled["lines"] if line["kind"] == "backward"]
     assert backward == [f"op{k}" for k in range(1, len(ops) + 1)]  # backward runs #1, #2, ... as the walk does
     fetches = [line["text"] for line in compiled["lines"] if line["kind"] == "fetch"]
-    args, captured = map(int, re.match(r"Tape: (\d+) argument array\(s\), (\d+) captured", compiled["summary"]).groups())
+    tape = re.match(r"Tape: (\d+) argument array\(s\), (\d+) captured", compiled["summary"])
+    args, captured = map(int, tape.groups())
     assert len(fetches) == args + captured == 8  # six arguments, two constants
     assert all(re.fullmatch(r"\s*V\[\d+\] = \S+\.data.*", t) for t in fetches)
     assert not any(re.search(r"\bstep \d+:", line["text"]) for line in compiled["lines"])  # no second numbering
@@ -242,7 +247,7 @@ def test_beam_tree_winner_is_the_cli_translation(run_url, tiny_run):
         nodes = {n["id"]: n for n in page["tree"]}
         winner = [nodes[i] for i in page["winner"]]
         assert winner[-1]["piece"] == "<eos>" and winner[-1]["state"] == "finished"
-        assert "".join(n["piece"] for n in winner[:-1]) == cli.stdout.strip()  # the reverse task's tokens are characters
+        assert "".join(n["piece"] for n in winner[:-1]) == cli.stdout.strip()  # the reverse task's tokens: characters
         for parent, child in zip(["root"] + page["winner"], page["winner"]):
             assert nodes[child]["parent"] == parent
         finals = [n["final"] for n in page["tree"] if n["state"] == "finished"]
@@ -420,8 +425,8 @@ def test_a_run_without_a_checkpoint_is_served_and_fills_in_as_checkpoints_appear
     assert explorer.get["/api/metrics"]({})["checkpoints"] == []
     shutil.copytree(tiny_run / "snapshots", run / "snapshots")
     shutil.copy(tiny_run / "last.npz", run / "last.npz")
-    assert explorer.get["/api/metrics"]({})["checkpoints"] == [f"snapshots/step_{s:06d}.npz" for s in (100, 200, 300)] + [
-        "last.npz"]
+    snapshots = [f"snapshots/step_{s:06d}.npz" for s in (100, 200, 300)]
+    assert explorer.get["/api/metrics"]({})["checkpoints"] == [*snapshots, "last.npz"]
     graph = explorer.get["/api/graph"]({})
     assert graph["shows"] == {"checkpoint": "last.npz", "step": 300} and len(graph["nodes"]) > 100
     assert "first validation" in explorer.post["/api/translate"]({"sentence": "abc"})["waiting"]  # best.npz: not yet

@@ -95,17 +95,19 @@ JSON = {"Content-Type": "application/json"}
     b'{"sentence": "abc", "beam": true}', b'{"sentence": "abc", "beam": 2.5}', b'{"sentence": "abc", "beam": NaN}',
     '{"sentence": "abc", "beam": "²"}'.encode(), '{"sentence": "abc", "beam": "١٢"}'.encode(),
     b'{"sentence": "abc", "beam": "+4"}', b'{"sentence": "abc", "beam": " 4"}', b'{"sentence": "abc", "beam": 1e400}',
-    b'{"sentence": "abc", "beam": ' + b"9" * 5000 + b"}", b"[" * 60_000, b'{"a":' * 12_000, b'{"sentence": "abc"' + b" " * 100,
+    b'{"sentence": "abc", "beam": ' + b"9" * 5000 + b"}", b"[" * 60_000, b'{"a":' * 12_000,
+    b'{"sentence": "abc"' + b" " * 100,
 ], ids=lambda body: repr(body[:24]) + f"...{len(body)}")
 def test_bad_json_is_400_with_one_line_why(run_url, body):
-    status, answer = raw(run_url, request("POST", "/api/translate", body, {"Content-Length": str(len(body)), **JSON}, run_url))
+    headers = {"Content-Length": str(len(body)), **JSON}
+    status, answer = raw(run_url, request("POST", "/api/translate", body, headers, run_url))
     assert status == 400, (body[:60], status, answer[:200])
     error = strict(answer)["error"]
     assert error and "\n" not in error and len(error) < 200
 
 
-@pytest.mark.parametrize("query", ["n=%C2%B2", "n=²", "n=%D9%A1%D9%A2", "n=+3", "n=-1", "n=0x1", "n=%203", "n=" + "9" * 5000,
-                                   "n=1.0", "n=3&n=²", "n="], ids=lambda query: query[:16])
+@pytest.mark.parametrize("query", ["n=%C2%B2", "n=²", "n=%D9%A1%D9%A2", "n=+3", "n=-1", "n=0x1", "n=%203",
+                                   "n=" + "9" * 5000, "n=1.0", "n=3&n=²", "n="], ids=lambda query: query[:16])
 def test_numbers_that_are_not_ascii_digits_are_400(run_url, query):
     status, answer = raw(run_url, request("GET", "/api/walk_step?" + query, port_url=run_url))
     assert status == 400 and "whole number" in strict(answer)["error"]
@@ -214,7 +216,8 @@ def test_the_host_check_holds_on_every_loopback_address(host):
 VALUES = ["", "0", "1", "4", "16", "17", "-1", "²", "١", "½", "1e3", "NaN", "Infinity", "9" * 30, "op1", "op99999",
           "leaf1", "const1", "best.npz", "last.npz", "snapshots/step_000100.npz", "../run.json", "abc", "abcdefghij",
           "ABC!?", "a" * 3000, "\u0000", "\ud800", "日本", "<script>", "%00", "op1\n"]
-JSON_VALUES = [None, True, False, 0, 1, 4, 17, -3, 2.5, 1e308, "²", "abc", "abcdef", [], {}, [[[]]], {"a": [1]}, "x" * 20000]
+JSON_VALUES = [None, True, False, 0, 1, 4, 17, -3, 2.5, 1e308, "²", "abc", "abcdef", [], {}, [[[]]], {"a": [1]},
+               "x" * 20000]
 PATHS = ["/api/info", "/api/graph", "/api/node", "/api/walk", "/api/walk_step", "/api/compiled", "/api/profile",
          "/api/parts", "/api/part_node", "/api/part_step", "/api/metrics", "/api/checkpoint_attention", "/api/tour",
          "/api/translate", "/api/nosuch"]
@@ -235,7 +238,8 @@ def random_request(rng: random.Random, url: str) -> bytes:
         headers["Content-Type"] = rng.choice(["application/json", "application/json; charset=utf-8", "text/plain"])
         headers["Content-Length"] = str(len(data)) if rng.random() < 0.95 else rng.choice(["²", "-1", "abc"])
         return request("POST", path, data, headers, url)
-    query = "&".join(f"{rng.choice(PARAMS)}={quote(rng.choice(VALUES), errors='surrogatepass')}" for _ in range(rng.randint(0, 3)))
+    pairs = [(rng.choice(PARAMS), quote(rng.choice(VALUES), errors="surrogatepass")) for _ in range(rng.randint(0, 3))]
+    query = "&".join(f"{k}={v}" for k, v in pairs)
     return request("GET", path + ("?" + query if query else ""), headers=headers, port_url=url)
 
 

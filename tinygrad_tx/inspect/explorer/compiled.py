@@ -23,7 +23,8 @@ BACKWARD = re.compile(r"# step (\d+): #(\d+) (\w+)")  # and opens its backward s
 FETCH = re.compile(r"\s*V\[\d+\] = [\w\[\]]+\.data\b")  # an argument's or a captured tensor's array
 
 
-def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Tensor], seed: Tensor | None = None) -> dict:
+def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Tensor],
+                    seed: Tensor | None = None) -> dict:
     """{"summary", "source", "ops"}: the tape of fn's forward plus a backward from its result, or
     {"refused": why} when `tx.jit` cannot record it."""
     from ...jit import JitError, jit  # here: tx.jit itself watches the engine through tx.inspect

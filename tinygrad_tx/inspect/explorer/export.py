@@ -85,7 +85,8 @@ def page_text(answers: dict[str, Any]) -> str:
     icon = "data:image/svg+xml;base64," + base64.b64encode(asset(ASSETS["/favicon.svg"])).decode()
     page = ICON.sub(lambda m: f'<link rel="icon" href="{icon}">', page)
     page = STYLE.sub(lambda m: f"<style>\n{asset(ASSETS[m[1]]).decode()}</style>", page)
-    data = strict_json.dumps(rounded(strict_json.plain(answers))).replace("</", "<\\/")  # nothing inside can end the script element
+    data = strict_json.dumps(rounded(strict_json.plain(answers)))
+    data = data.replace("</", "<\\/")  # nothing inside can end the script element that holds it
     first = True
 
     def inline(match: re.Match) -> str:

@@ -154,7 +154,7 @@ class StepRecord:
         if fn is None:
             value = t.data if t.size == 1 else None
             title = t.name or self.titles.get(id(t)) or (
-                "constant" if value is None else f"{float(self.to_host(value).ravel()[0]):.4g}")
+                self._constant_name(t) if value is None else f"{float(self.to_host(value).ravel()[0]):.4g}")
             return {**node, "title": title, "inputs": [], "scope": []}
         self._saved[nid] = fn.saved_values()
         self._inputs[nid] = tuple(fn.arrays)
@@ -163,6 +163,13 @@ class StepRecord:
         return {**node, "title": fn.name, "number": int(nid[2:]), "inputs": [self.node_id(u) for u in fn.inputs],
                 "scope": [self.calls[id(call)]["id"] for call in getattr(fn, "scope", ())], "frames": frames,
                 "line": f"{frames[0]['file'].rsplit('/', 1)[-1]}:{frames[0]['line']}" if frames else ""}
+
+    def _constant_name(self, t: Tensor) -> str:
+        """An unnamed constant, named by where it is used: "constant in encoder.embed.positions",
+        the module call of the first op that reads it (or "constant" outside any module)."""
+        users = [fn for fn in self._ops.values() if any(u is t for u in fn.inputs)]
+        scope = getattr(min(users, key=lambda fn: fn.seq), "scope", ()) if users else ()
+        return f"constant in {scope[-1].name}" if scope else "constant"
 
     # -- the JSON the page asks for ---------------------------------------------------------
     def graph(self) -> dict:
@@ -181,7 +188,7 @@ class StepRecord:
                   "grad": None if grad is None else self.array(grad, nid),
                   "used_by": [n["id"] for n in self.nodes.values() if nid in n["inputs"]]}
         if t.grad_fn is not None:
-            detail["saved"] = [{"name": name, **describe_value(v, self.to_host)}
+            detail["saved"] = [{"name": name, **(self.array(v) if _is_array(v) else describe_value(v, self.to_host))}
                                for name, v in self._saved[nid].items()]
             detail["params"] = [{"name": name, **describe_value(v, self.to_host)}
                                 for name, v in self.sources.params.get(id(t.grad_fn), {}).items()]
@@ -253,6 +260,10 @@ class StepRecord:
         """What op `nid` sent its inputs in the walk: (route as JSON, array) pairs."""
         step = next(s for s in self.steps if s.node == nid)
         return list(zip(step.sends, step.sent))
+
+
+def _is_array(v: Any) -> bool:
+    return hasattr(v, "shape") and hasattr(v, "dtype")
 
 
 def _stack() -> list:

@@ -56,35 +56,38 @@
   // padding, greyed over and named in the key.
   function heatmap(rows, { unit = false, rowLabels = null, colLabels = null, cell = 0, rowName = "", colName = "" } = {}) {
     const nRows = rows.length, nCols = rows[0] ? rows[0].length : 0;
-    const size = cell || Math.max(4, Math.min(22, Math.floor(260 / Math.max(nRows, nCols, 1))));
     rowLabels = rowLabels && rowLabels.length === nRows ? rowLabels : null;
     colLabels = colLabels && colLabels.length === nCols ? colLabels : null;
-    const showRowLabels = rowLabels && size >= 9, showColLabels = colLabels && size >= 9;
+    const fit = (n) => Math.max(4, Math.min(22, Math.floor(260 / Math.max(n, 1))));
+    // cells are square unless labels need room: a labelled row (a token) is at least 10 px high
+    const width = cell || fit(Math.max(nRows, nCols)), height = Math.max(width, rowLabels ? 10 : 0);
+    const wide = Math.max(width, colLabels ? 10 : 0);
+    const showRowLabels = !!rowLabels, showColLabels = !!colLabels;
     const left = (showRowLabels ? 58 : 0) + (rowName ? 16 : 0), top = (showColLabels ? 46 : 0) + (colName ? 16 : 0);
+    const size = { w: wide, h: height };
     let peak = 0;
     const special = new Set();
     for (const row of rows) for (const v of row) {
       if (typeof v === "string") special.add(v); else peak = Math.max(peak, Math.abs(v));
     }
     const padded = (rowLabels || []).map((l) => l === "<pad>");
-    const width = Math.max(left + nCols * size, 250) + 4;
-    const mapBottom = top + nRows * size;
-    const picture = svg("svg", { class: "heat", width, height: mapBottom + 40 });
+    const mapBottom = top + nRows * size.h;
+    const picture = svg("svg", { class: "heat", width: Math.max(left + nCols * size.w, 250) + 4, height: mapBottom + 40 });
     rows.forEach((row, i) => row.forEach((v, j) => {
       const where = `${rowLabels ? rowLabels[i] : `row ${i}`}, ${colLabels ? colLabels[j] : `column ${j}`}`;
-      picture.append(svg("rect", { x: left + j * size, y: top + i * size, width: size, height: size,
+      picture.append(svg("rect", { x: left + j * size.w, y: top + i * size.h, width: size.w, height: size.h,
                                    fill: colour(v, unit ? 1 : peak, unit), "data-read": `${where}: ${fmt(v)}` },
                          svg("title", {}, `${where}: ${fmt(v)}`)));
     }));
-    padded.forEach((pad, i) => pad && picture.append(svg("rect", { class: "pad", x: left, y: top + i * size,
-                                                                   width: nCols * size, height: size })));
+    padded.forEach((pad, i) => pad && picture.append(svg("rect", { class: "pad", x: left, y: top + i * size.h,
+                                                                   width: nCols * size.w, height: size.h })));
     if (showRowLabels) rowLabels.forEach((label, i) => picture.append(
-      svg("text", { x: left - 3, y: top + i * size + size / 2 + 4, "text-anchor": "end", class: `label${padded[i] ? " padlabel" : ""}` }, label)));
+      svg("text", { x: left - 3, y: top + i * size.h + size.h / 2 + 4, "text-anchor": "end", class: `label${padded[i] ? " padlabel" : ""}` }, label)));
     if (showColLabels) colLabels.forEach((label, j) => picture.append(
-      svg("text", { transform: `translate(${left + j * size + size / 2 + 4}, ${top - 3}) rotate(-60)`, class: "label" }, label)));
-    if (rowName) picture.append(svg("text", { class: "axis-name", transform: `translate(11, ${top + nRows * size / 2}) rotate(-90)`,
+      svg("text", { transform: `translate(${left + j * size.w + size.w / 2 + 4}, ${top - 3}) rotate(-60)`, class: "label" }, label)));
+    if (rowName) picture.append(svg("text", { class: "axis-name", transform: `translate(11, ${top + nRows * size.h / 2}) rotate(-90)`,
                                               "text-anchor": "middle" }, rowName));
-    if (colName) picture.append(svg("text", { class: "axis-name", x: left + nCols * size / 2, y: 11, "text-anchor": "middle" }, colName));
+    if (colName) picture.append(svg("text", { class: "axis-name", x: left + nCols * size.w / 2, y: 11, "text-anchor": "middle" }, colName));
     colourBar(picture, mapBottom + 6, unit ? 1 : peak, unit, [...special], padded.some(Boolean));
     const readout = el("div", { class: "readout" }, "point at a cell to read it");
     picture.addEventListener("mouseover", (e) => {
@@ -170,9 +173,9 @@
     });
     picture.addEventListener("pointerup", () => { drag = null; });
     const view = {
-      fit() {
+      fit(below = 0) {  // the whole picture in view, above `below` pixels kept for a key
         const box = picture.getBoundingClientRect();
-        scale = Math.max(0.3, Math.min(1, box.width / (width + 10), box.height / (height + 10)));
+        scale = Math.max(0.3, Math.min(1, box.width / (width + 10), (box.height - below) / (height + 10)));
         dx = (box.width - width * scale) / 2; dy = 10;
         apply();
       },

@@ -147,21 +147,21 @@
       g.append(box);
     }
     const picture = svg("svg", { class: "graph", width: "100%", height: "100%" }, arrowDefs("arrow-graph"), g);
-    holder.replaceChildren(picture, graphKey());
+    const legend = graphKey();
+    holder.replaceChildren(picture, legend);
     state.placed = placed.nodes;
     state.owner = shown.owner;
     state.view = panZoom(picture, g, placed.width, placed.height);
-    state.view.fit();
+    state.view.fit(legend.offsetHeight);
     mark();
   }
 
   function graphKey() {
-    return key("key (click to hide)", [
-      ["op", "an op; #k: the k-th node backward visits"], ["leaf", "leaf: requires grad (a weight)"],
-      ["const", "constant: no gradient"], ["module", "module call: click to open"],
-      ["arrow", "arrow: where an output goes"], ["current", "backward: this step's node"],
-      ["receives", "backward: gets a gradient now"], ["done", "backward: already visited"],
-      ["selected", "the node in the panel"]]);
+    return key("key (click to fold):", [
+      ["op", "op; #k: k-th in backward's order"], ["leaf", "leaf: requires grad"], ["const", "constant"],
+      ["module", "module call: click to open"], ["arrow", "where an output goes"],
+      ["current", "backward: this step"], ["receives", "gets a gradient now"], ["done", "visited"],
+      ["selected", "in the panel"]]);
   }
 
   function unfold(id) {
@@ -252,7 +252,7 @@
       section("value", arrayView(n.value)),
       section("gradient after backward (d result / d this; a leaf's .grad)",
               n.grad ? arrayView(n.grad) : el("p", { class: "note" }, "none: no gradient reaches it")),
-      n.saved ? section("saved for backward", n.saved.length ? valueList(n.saved)
+      n.saved ? section("saved for backward", n.saved.length ? savedList(n.saved)
         : el("p", { class: "note" }, "nothing beyond its inputs")) : null,
       n.params && n.params.length ? section("params", valueList(n.params)) : null,
       n.op ? section(`${n.op.name}: forward and backward, as written`,
@@ -262,6 +262,15 @@
     for (const g of document.querySelectorAll("#graph .node.selected")) g.classList.remove("selected");
     const drawn = document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
     if (drawn) drawn.classList.add("selected");
+  }
+
+  // What an op saved: each array with its statistics and, folded, its heat-map (attention's weights,
+  // a softmax's output); anything else as it prints.
+  function savedList(values) {
+    return el("ul", {}, values.map((s) => el("li", {}, s.heat
+      ? el("details", { class: "saved" }, el("summary", {}, `${s.name}: `, el("span", { class: "stats" }, statsLine(s))),
+           arrayView(s))
+      : [`${s.name}: `, s.repr !== undefined ? s.repr : s.items ? `${s.items.length} arrays` : statsLine(s)])));
   }
 
   function valueList(values) {

@@ -79,7 +79,7 @@
       svg("text", { x: L + 110 * i + 18, y: 31, class: `legend s${i}` }, s.label)));
     if (!all.length) {
       picture.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "label" }, "no records yet"));
-      return el("figure", {}, picture);
+      return el("figure", { class: "chart" }, picture);
     }
     const ty = (y) => (log ? Math.log10(y) : y);
     const xs = all.map(([x]) => x), ys = all.map(([, y]) => ty(y));
