@@ -128,7 +128,7 @@
   // log axis spanning a decade or more, the powers of ten (and 2 and 5 times them when few).
   function valueTicks(y0, y1, log) {
     if (!log) return ticks(y0, y1, 4);
-    if (y1 - y0 < 1) return ticks(10 ** y0, 10 ** y1, 4);
+    if (y1 - y0 < 1) return ticks(10 ** y0, 10 ** y1, 6);
     const out = [];
     for (let k = Math.floor(y0); k <= Math.ceil(y1); k++) {
       for (const m of y1 - y0 < 2.5 ? [1, 2, 5] : [1]) if (Math.log10(m * 10 ** k) >= y0 && Math.log10(m * 10 ** k) <= y1) out.push(m * 10 ** k);
