@@ -118,8 +118,10 @@ class StepRecord:
             for t in self._tensors.values():
                 t.grad = None  # the page shows the gradients of this call alone
             grad = seed if seed is not None else seed_gradient(root)
-            self.seeded_with = ("1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
-                                if seed is None else f"the given gradient {tuple(root.shape)}")
+            if seed is not None:
+                self.seeded_with = f"the given gradient {tuple(root.shape)}"
+            else:
+                self.seeded_with = "1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
             self.steps = backward_steps(root, grad, self.node_id)
         self._grads = {s.node: s.grad for s in self.steps}
         self.root = self.node_id(root.grad_fn)
