@@ -61,11 +61,12 @@ def written_to_docs(name: str, markdown: bool = False):
 def paste_into_pages() -> None:
     """Put each docs/results file into the pages that include it (`<!-- include: results/X.txt -->`
     before a ```text block, or `<!-- include: results/X.md -->` ... `<!-- end include -->` around
-    markdown), word for word: `python benchmarks/report.py` after a --write-docs run."""
+    markdown; README.md says docs/results/X), word for word: `python benchmarks/report.py` after a
+    --write-docs run."""
     import re
 
     include = re.compile(r"(<!--\s*include:\s*(\S+)\s*-->\s*\n(?:```text\n)?)(.*?)(```|<!-- end include -->)", re.S)
-    for page in sorted(RESULTS.parent.glob("*.md")):
+    for page in [RESULTS.parents[1] / "README.md", *sorted(RESULTS.parent.glob("*.md"))]:
         text = page.read_text()
 
         def pasted(m: re.Match) -> str:

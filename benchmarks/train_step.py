@@ -72,6 +72,12 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
+def gpu_name() -> str:
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+
+
 def time_side_by_side(steps: dict, repeats: int, warmup: int = 2) -> dict:
     """Median seconds per step for each framework, run alternately so all see the same machine."""
     samples = {name: [] for name in steps}
@@ -101,7 +107,8 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
     """Peak resident memory during 3 steps, minus what the process held before building the model.
 
     Sampled every millisecond by a thread: the process's own high-water mark is no use,
-    as importing torch peaks higher than a small model's step.
+    as importing torch peaks higher than a small model's step. On a GPU: the device memory
+    held at the peak, by CuPy's memory pool for tinygrad_tx and by PyTorch's caching allocator.
     """
     import threading
 
@@ -109,6 +116,8 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
 
     import tinygrad_tx  # noqa: F401
 
+    if device == "cuda":
+        return gpu_peak_mib(config, framework)
     before, peak, done = resident_mib(), [0.0], threading.Event()
 
     def sample() -> None:
@@ -124,6 +133,21 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
     done.set()
     sampler.join()
     return peak[0] - before
+
+
+def gpu_peak_mib(config: str, framework: str) -> float:
+    """MiB of GPU memory held at the peak of 3 steps: PyTorch's reserved bytes, or the bytes
+    CuPy's pool holds (a pool keeps what it freed for reuse, so what it holds after the steps
+    is what the peak needed)."""
+    import cupy
+    import torch
+
+    step = FRAMEWORKS[framework](CONFIGS[config], "cuda")
+    for _ in range(3):
+        step()
+    if framework == "torch":
+        return torch.cuda.max_memory_reserved() / 2 ** 20
+    return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
 
 
 def main_job(jit: bool) -> tuple[float, str]:
@@ -160,7 +184,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown config {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
     peak = sgemm_gflops(args.device)
-    print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)")
+    print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)" + (f"; {gpu_name()}" if args.device == "cuda" else ""))
     results = {"op": op_overhead.measure(device=args.device)}
     op = results["op"]
     print(f"small op 8x8, forward + backward: torch {op['torch']:.2f} µs; tinygrad_tx eager {op['tinygrad_tx']:.2f} µs "
@@ -201,5 +225,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with written_to_docs("train_step"):
+    with written_to_docs("train_step_cuda" if "cuda" in sys.argv[1:] else "train_step"):
         main()

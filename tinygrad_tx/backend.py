@@ -10,7 +10,7 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 """
 from __future__ import annotations
 
-import math
+import functools
 import os
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from . import host_kernels, observers
 from .observers import replayable
+from .scatter import cuda_segment_sums, host_segment_sums, scatter_add_in_order
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
 
@@ -70,7 +71,9 @@ class Backend:
 
     # -- scatter-add: a[idx] += v with repeated indices accumulated ----------------
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
-        """In-place `target[index] += values`, where repeated indices accumulate.
+        """In-place `target[index] += values`, where repeated indices accumulate, each position's
+        values added in the order they come, on every device (`tinygrad_tx/scatter.py`: a GPU's
+        atomic adds would make a gradient's last bits change from run to run).
 
         Plain `target[index] += values` keeps only one of the repeated updates
         (and is undefined on CuPy), which silently drops gradient.
@@ -103,22 +106,12 @@ def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
     return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
 
 
-def _host_erf():
-    """SciPy's erf when installed; otherwise the standard library's, one element at a time."""
-    try:
-        from scipy.special import erf
-    except ImportError:
-        slow = np.vectorize(math.erf, otypes=[np.float64])
-        return lambda x: slow(x).astype(x.dtype, copy=False)
-    return erf
-
-
 class NumpyBackend(Backend):
     def __init__(self):
         super().__init__("cpu", np, np.ndarray)
         host_kernels.keep_freed_memory()
         self._scatter_add = host_kernels.scatter_add
-        self._erf = _host_erf()
+        self._erf = host_kernels.erf  # NumPy has none; SciPy's is not used where installed (see erf)
 
     def from_host(self, array, dtype=None):
         return np.asarray(array, dtype=dtype)
@@ -137,8 +130,9 @@ class StrictBackend(Backend):
         from . import strict
 
         super().__init__("strict", strict.xp, strict.StrictArray)
-        self._scatter_add = strict.xp.add.at
-        self._erf = strict.wrap_function(_host_erf(), "erf")
+        self._scatter_add = functools.partial(scatter_add_in_order, strict.xp,
+                                              segment_sums=strict.wrap_function(host_segment_sums, "segment_sums"))
+        self._erf = strict.wrap_function(host_kernels.erf, "erf")
 
     def to_host(self, array):
         return array.get()
@@ -157,12 +151,7 @@ class StrictBackend(Backend):
 class CupyBackend(Backend):
     def __init__(self, cupy: Any):
         super().__init__("cuda", cupy, cupy.ndarray)
-        if hasattr(cupy, "add") and hasattr(cupy.add, "at"):
-            self._scatter_add = cupy.add.at
-        else:  # older CuPy: the same kernel lives in cupyx
-            import cupyx
-
-            self._scatter_add = cupyx.scatter_add
+        self._scatter_add = functools.partial(scatter_add_in_order, cupy, segment_sums=cuda_segment_sums(cupy))
         from cupyx.scipy.special import erf
 
         self._erf = erf

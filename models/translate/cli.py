@@ -30,7 +30,7 @@ from .corpus import Sources, describe, group_references, normalise, read_corpus
 from ..text.data import EOS, DataError
 from .evaluation import BEAM, InputTooLong, by_length, cross_attention, encode_sources, score, translate
 from .plots import check_picture_path, plot_attention
-from .ranks import EveryRankError, together
+from .ranks import EveryRankError, parsed_together, together
 from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
@@ -41,9 +41,14 @@ USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, Fi
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    threadpool_limits(args.threads, user_api="blas")
     try:
+        if dist.launched_by_mpi():  # every rank parses its command line before any waits for the others
+            args = parsed_together(lambda: parser().parse_args(argv))
+            if args is None:  # --help, printed
+                sys.exit(0)
+        else:
+            args = parser().parse_args(argv)
+        threadpool_limits(args.threads, user_api="blas")
         if args.command == "train":
             dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
         if args.command not in ("tasks", "corpus"):

@@ -38,7 +38,7 @@ from ..text.data import PAD_ID
 from .evaluation import score, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
-from .ranks import check_ranks_agree, on_every_rank, together
+from .ranks import check_data_agree, check_settings_agree, on_every_rank, together
 from .run import (SNAPSHOTS, RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies,
                   claim, create_run, keep_metrics_until, load_checkpoint, load_weights)
 from .settings import TrainSettings, run_directory
@@ -50,6 +50,7 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings):
         dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
+        check_settings_agree(settings)  # before any setting sends a rank down another path
         self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s, self.dir = settings, run_directory(settings)
         self.data = together(prepare, settings, self.dir)
@@ -58,7 +59,7 @@ class Trainer:
                       d_ff=settings.d_ff, dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
                       tie_embeddings=settings.shared_vocab)
         self.last = together(self._read_last, config) if settings.resume else None
-        check_ranks_agree(settings, self.data, self.last)
+        check_data_agree(self.data, self.last)
         tx.manual_seed(settings.seed)
         # rank 0's weights on every rank; gradients averaged over the ranks in backward
         self.model = dist.DataParallel(Transformer(**config).to(settings.device))

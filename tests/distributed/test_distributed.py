@@ -38,6 +38,16 @@ def _skip_reason() -> str | None:
 needs_mpi = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
 
 
+def one_gpu_per_rank(device: str) -> None:
+    """Skip a cuda case on a machine with fewer GPUs than RANKS: NCCL needs one per rank."""
+    if device == "cuda":
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count < RANKS:
+            pytest.skip(f"data parallelism on cuda needs {RANKS} GPUs (one per rank); this machine has {count}")
+
+
 def mpiexec(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     """`mpiexec -n 2 python ARGS` from the repository root, one BLAS thread per rank."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", **(env or {})}
@@ -62,6 +72,15 @@ def load_worker():
 
 # -- without mpiexec: a job of one ---------------------------------------------------------
 
+def test_more_ranks_than_gpus_is_refused_in_words():
+    """Seen on a one-GPU H200: two ranks took GPU 0 both (local rank % GPUs) and NCCL failed
+    with NCCL_ERROR_INVALID_USAGE and a traceback on each rank. Each rank has its own GPU."""
+    assert [dist.group.gpu_of(r, 2, 2) for r in range(2)] == [0, 1]
+    assert dist.group.gpu_of(1, 2, 8) == 1
+    with pytest.raises(dist.DistributedError, match=r"2 ranks on this host but 1 GPU\(s\).*one GPU per rank"):
+        dist.group.gpu_of(0, 2, 1)
+
+
 def test_single_process_is_the_identity(device):
     assert not dist.launched_by_mpi()
     assert (dist.rank(), dist.world_size()) == (0, 1)
@@ -82,6 +101,7 @@ def test_single_process_is_the_identity(device):
 
 @needs_mpi
 def test_collectives(device, tmp_path):
+    one_gpu_per_rank(device)
     done = run_worker("collectives", device, tmp_path)
     assert done.returncode == 0, done.stderr
     base = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -104,6 +124,7 @@ def test_collectives(device, tmp_path):
 def test_data_parallel_equals_one_process_with_the_whole_batch(device, tmp_path):
     """Buckets of mixed sizes, a parameter no rank uses, one used on rank 0 only, a batch
     of 7 rows split 4 + 3: three SGD steps give one process's parameters."""
+    one_gpu_per_rank(device)
     done = run_worker("data_parallel", device, tmp_path)
     assert done.returncode == 0, done.stderr
     ranks = results(tmp_path)
@@ -143,6 +164,7 @@ def test_data_parallel_equals_one_process_with_the_whole_batch(device, tmp_path)
 def test_data_parallel_under_jit_equals_eager_and_still_overlaps(device, tmp_path):
     """Replayed steps deliver each parameter's gradient to DataParallel's hook as eager
     backward does: the same parameters bit for bit, all-reduces started during backward."""
+    one_gpu_per_rank(device)
     done = run_worker("data_parallel_jit", device, tmp_path)
     assert done.returncode == 0, done.stderr
     ranks = results(tmp_path)
@@ -158,6 +180,7 @@ def test_data_parallel_under_jit_equals_eager_and_still_overlaps(device, tmp_pat
 def test_collectives_inside_a_jitted_step_are_made_at_every_replay(device, tmp_path):
     """dist.broadcast / all_reduce called in the step itself (issue 22, item 1): replays make them
     again, so the ranks' weights stay equal and equal eager's bit for bit."""
+    one_gpu_per_rank(device)
     done = run_worker("collectives_jit", device, tmp_path)
     assert done.returncode == 0, done.stderr
     ranks = results(tmp_path)

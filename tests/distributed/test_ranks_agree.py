@@ -1,7 +1,9 @@
 """Issue 22, item 10: the ranks of `mpiexec ... python -m models train` must agree on the corpus,
 the settings and the vocabularies, or every rank stops with one line (rank 0's), exit status 2,
-no MPI abort, and nothing written. Each rank is given its own arguments or working directory
-with mpiexec's `A : B` form."""
+no MPI abort, and nothing written. Issue 32, item 11: they agree before the first collective
+that depends on it (a rank told --resume alone read last.npz, and both hung ten minutes): the
+jobs here get a 30 s collective deadline, and none may reach it. Each rank is given its own
+arguments or working directory with mpiexec's `A : B` form."""
 import os
 import random
 import shutil
@@ -17,16 +19,16 @@ TRAIN = ["-m", "models", "train", "--steps", "4", "--eval-every", "2", "--d-mode
 
 def two_ranks(first: list[str], second: list[str], wdirs: tuple[Path, Path] = (REPO, REPO)):
     """Rank 0 runs `python FIRST` in wdirs[0], rank 1 `python SECOND` in wdirs[1]."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "TINYGRAD_TX_DIST_TIMEOUT": "30"}
     command = [MPIEXEC, "-n", "1", "-wdir", str(wdirs[0]), sys.executable, *first,
                ":", "-n", "1", "-wdir", str(wdirs[1]), sys.executable, *second]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
 
 
-def assert_refused(done: subprocess.CompletedProcess, *words: str) -> None:
+def assert_refused(done: subprocess.CompletedProcess, *words: str, disagree: bool = True) -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert "do not agree on" in lines[0] and "Abort" not in done.stdout + done.stderr
+    assert ("do not agree on" in lines[0]) == disagree and "Abort" not in done.stdout + done.stderr
     for word in words:
         assert word in lines[0], (word, lines[0])
 
@@ -88,3 +90,41 @@ def test_an_error_every_rank_meets_is_printed_once_without_an_mpi_abort(tmp_path
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr
         assert "Abort" not in done.stdout + done.stderr
+
+
+@needs_mpi
+def test_ranks_given_different_resume_all_stop_with_one_line_before_reading_anything(tmp_path):
+    """--resume decides whether a rank reads last.npz (a collective of its own): compared first,
+    in either order, and nothing is written to the run."""
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", str(tmp_path / "run")]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, *task], env=env, check=True, capture_output=True, timeout=120)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "run").iterdir())
+    for first, second in ((["--resume"], []), ([], ["--resume"])):
+        assert_refused(two_ranks([*task, "--steps", "6", *first], [*task, "--steps", "6", *second]), "--resume")
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "run").iterdir()) == before
+
+
+@needs_mpi
+def test_ranks_on_different_devices_all_stop_with_one_line(tmp_path):
+    """The device decides how a rank joins the job (its GPU, NCCL): compared with the command."""
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", str(tmp_path / "run")]
+    assert_refused(two_ranks([*task, "--device", "cuda"], task), "--device")
+    assert not (tmp_path / "run").exists()
+
+
+@needs_mpi
+def test_a_command_line_refused_on_one_rank_stops_every_rank_with_its_reason(tmp_path):
+    """argparse ends a rank before it joins the job; the others used to wait in MPI_Init for ever."""
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", str(tmp_path / "run")]
+    assert_refused(two_ranks(task, [*task, "--steps", "abc"]), "--steps", "'abc'", "rank 1", disagree=False)
+    assert_refused(two_ranks(["-m", "models", "train", "--out", str(tmp_path / "run"), "--resume"], task),
+                   "--task --data is required", "rank 0", disagree=False)
+    assert not (tmp_path / "run").exists()
+
+
+@needs_mpi
+def test_ranks_running_different_commands_all_stop_with_one_line(tmp_path):
+    task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", str(tmp_path / "run")]
+    assert_refused(two_ranks(task, ["-m", "models", "tasks"]), "the command")
+    assert not (tmp_path / "run").exists()

@@ -1,6 +1,7 @@
 """Devices: the strict backend's CuPy manners, moving and mixing tensors, choosing the
 default device, CuPy's absence, and the helpers that differ per array library."""
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import pytest
 
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
-from tinygrad_tx import Tensor
+from tinygrad_tx import Tensor, host_kernels
+from tinygrad_tx.backend import NumpyBackend
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
@@ -178,6 +180,30 @@ def test_scatter_add_accumulates_repeated_indices(device):
         np.testing.assert_array_equal(backend.to_host(table), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index", ["rows", "elements"])
+def test_scatter_add_adds_in_one_fixed_order_at_every_call(device, dtype, index):
+    """Seen on an H200 (CuPy's add.at, atomic adds in the order threads happen to run): the
+    same training step's gradient changed in its last bits from run to run, so a jit replay no
+    longer equalled eager and a resumed run no longer equalled an uninterrupted one. Every
+    device adds each position's values in the order they come, the sequential sum, bit for bit
+    (the strict device's own add.at adds in a random order, as atomics do: this test fails
+    there when the backend scatters with it)."""
+    backend, rng = tx.get_backend(device), np.random.default_rng(3)
+    n = 3000
+    values = (rng.standard_normal((n, 4)) * 10.0 ** rng.uniform(-3, 3, (n, 1))).astype(dtype)  # (n, 4)
+    if index == "rows":  # an embedding's gradient: ids into rows, negative ones wrapped
+        where, shape = rng.integers(-6, 6, n), (6, 4)
+    else:  # advanced indexing on two axes: element by element
+        where, shape = (rng.integers(0, 6, (n, 4)), rng.integers(0, 4, (n, 4))), (6, 4)
+    expected = np.zeros(shape, dtype)
+    np.add.at(expected, where, values)  # NumPy adds one value at a time, in order
+    on_device = tuple(map(backend.from_host, where)) if index == "elements" else backend.from_host(where)
+    for _ in range(3):
+        target = backend.xp.zeros(shape, dtype=dtype)
+        backend.scatter_add(target, on_device, backend.from_host(values))
+        np.testing.assert_array_equal(backend.to_host(target), expected)
+
 def test_bernoulli_keep_drops_a_fraction_p(device):
     """The dropout mask's drop rate is p (within 5 standard deviations of a binomial count),
     for each p, and the two halves of one 64-bit draw are not tied together."""
@@ -204,12 +230,72 @@ def test_manual_seed_gives_the_same_numbers_on_every_device():
 
 
 def test_erf_matches_the_standard_library(device):
-    import math
-
     backend = tx.get_backend(device)
-    x = np.linspace(-4, 4, 9)
-    np.testing.assert_allclose(backend.to_host(backend.erf(backend.from_host(x))), [math.erf(v) for v in x],
-                               rtol=1e-14, atol=1e-16)
+    for dtype in (np.float64, np.float32):
+        x = np.linspace(-4, 4, 9, dtype=dtype)
+        got = backend.to_host(backend.erf(backend.from_host(x)))
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, [math.erf(v) for v in x], rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+def erf_grid() -> np.ndarray:
+    """A dense grid over [-7, 7] (erf is ±1.0 in float64 beyond 5.93), tiny and subnormal values,
+    and both sides of each boundary of Cody's intervals (0.46875, 4) and of the cut-off at 6."""
+    edges = np.array([0.46875, 4.0, 6.0])
+    tiny = np.geomspace(5e-324, 1.0, 20_001)
+    points = np.concatenate([np.linspace(-7, 7, 1_400_001), tiny, -tiny, edges, np.nextafter(edges, 0),
+                             np.nextafter(edges, 9), [0.0, 20.0, 1e300, np.finfo(np.float64).max]])
+    return np.concatenate([points, -points])
+
+
+def ulps(got: np.ndarray, exact: np.ndarray, dtype: type) -> np.ndarray:
+    """|got - exact| in units of the last place of `dtype` at the exact value."""
+    spacing = np.spacing(np.abs(exact.astype(dtype))).astype(np.float64)
+    return np.abs(got.astype(np.float64) - exact) / spacing
+
+
+def test_erf_is_within_4_ulps_in_float64_and_correctly_rounded_in_float32():
+    # math.erf (the C library's, correctly rounded but for rare last-bit cases) as the truth
+    x = erf_grid()
+    exact = np.array([math.erf(v) for v in x])
+    assert ulps(host_kernels.erf(x), exact, np.float64).max() <= 4  # SciPy's reaches 3 on this grid
+    x32 = x[np.abs(x) <= np.finfo(np.float32).max].astype(np.float32)
+    exact32 = np.array([math.erf(v) for v in x32.astype(np.float64)])
+    np.testing.assert_array_equal(host_kernels.erf(x32), exact32.astype(np.float32))
+
+
+def test_erf_at_the_special_values():
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, -5e-324])
+    got = host_kernels.erf(x)
+    np.testing.assert_array_equal(got, [1.0, -1.0, np.nan, 0.0, -0.0, -5e-324])
+    assert np.signbit(got[4]) and not np.signbit(got[3])
+    assert host_kernels.erf(np.arange(3)).dtype == np.float64  # integers give float64, as SciPy's
+    assert host_kernels.erf(np.float32(0.5)).shape == () and host_kernels.erf(np.zeros((0, 3))).shape == (0, 3)
+
+
+def test_erf_makes_no_python_call_per_element_without_scipy(monkeypatch):
+    """The README's install has no SciPy, and erf once fell back there to np.vectorize(math.erf), a
+    Python call per element (minutes for lesson 002). Count the calls (Python and C functions, and
+    math.erf made a Python function) a million elements make, rather than timing them."""
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy raises ImportError
+    monkeypatch.setitem(sys.modules, "scipy.special", None)
+    exact = math.erf
+    monkeypatch.setattr(math, "erf", lambda v: exact(v))  # a Python function: each call is counted below
+    backend = NumpyBackend()
+    x = np.random.default_rng(0).standard_normal(1_000_000)
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        got = backend.erf(x)
+    finally:
+        sys.setprofile(None)
+    assert calls < 10_000, f"{calls} calls for 1e6 elements"
+    np.testing.assert_allclose(got[:1000], [exact(v) for v in x[:1000]], rtol=1e-15, atol=0)
 
 
 # -- what a new Tensor holds ----------------------------------------------------------------

@@ -131,7 +131,8 @@ def test_graph_keys_scales_and_one_numbering(page, walkthrough_url, shots):
     assert "def backward" in page.inner_text("#panel pre.source-backward")
     assert "walkthrough.py" in page.inner_text("#panel .frame")  # the line that made it
     assert page.locator("#panel .frame, #panel .caller").count() == 2  # the user's two frames, no more
-    assert "exp" in page.inner_text("#panel .doc")  # the op's own text: its forward and gradient
+    math = page.inner_text("#panel .doc pre.math")  # the op's own text, its forward and gradient, set as math
+    assert math.startswith("y = exp(x - max x)") and "\ndx = " in math
     value = page.locator("#panel section", has_text="value").first
     ticks = value.locator("svg.heat text.tick").all_text_contents()
     assert len(ticks) == 3 and ticks[1] == "0" and float(ticks[2]) > 0  # the colour bar's numbers

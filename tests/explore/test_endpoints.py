@@ -86,7 +86,7 @@ def test_backward_steps_are_the_engines_order_and_gradients(walkthrough_url):
         assert arrays["grad"]["norm"] == pytest.approx(np.linalg.norm(engine.grad), rel=1e-12)
         assert len(page["sends"]) == len(engine.sent)
         for send, flow, heat in zip(page["sends"], engine.sent, arrays["sends"]):
-            assert (send["arrival"], send["input"]) == (flow.arrival, flow.route.input)
+            assert (send["arrival"], send["input"]) == (flow.arrival, flow.route[0])  # route: (input, to, sum_to)
             assert titles[send["to"]] == flow.target.name
             if hasattr(flow.target, "inputs"):  # an op: the page's number is the engine's visit number
                 assert send["to"] == f"op{numbers[id(flow.target)]}"

@@ -59,8 +59,9 @@ def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], s
                           releases=held.get(id(step.node), []) if planned.releases else [])
         for flow in step.sent:
             # where the plan sums a broadcast back, the node sent a gradient of its output's shape
-            summed_from = list(planned.shape) if flow.route.sum_to is not None else None
-            record.sends.append({"to": node_id(flow.target), "input": flow.route.input, "arrival": flow.arrival,
+            which, _, sum_to = flow.route  # (input, to, sum_to)
+            summed_from = list(planned.shape) if sum_to is not None else None
+            record.sends.append({"to": node_id(flow.target), "input": which, "arrival": flow.arrival,
                                  "summed_from": summed_from})
             record.sent.append(flow.grad)
         steps.append(record)

@@ -215,14 +215,12 @@
               heatmap(a.heat.rows, { rowLabels: a.heat.row_labels, colLabels: a.heat.col_labels, ...axisNames(a.heat, a.shape) }));
   }
 
-  // An op's docstring: prose as paragraphs, formula lines (`y = exp(x);  dx = g * y`) as math.
+  // An op's docstring: its math first (a clause `y = ...` and one `dx = ...` per input, the
+  // convention every op follows) set as formulas, then its prose as paragraphs.
   function docText(doc) {
     if (!doc) return el("p", { class: "note" }, "(this op has no docstring yet)");
-    return el("div", { class: "doc" }, doc.split(/\n\s*\n/).map((para) => {
-      const lines = para.split("\n");
-      const formula = lines.every((l) => /[=∂Σ√·∇]/.test(l) && l.trim().split(/\s+/).length <= 16);
-      return formula ? el("pre", { class: "math" }, para) : el("p", {}, lines.join(" "));
-    }));
+    return el("div", { class: "doc" }, doc.split(/\n\s*\n/).map((para) =>
+      /^\s*(y|d\w*)\s*=/.test(para) ? el("pre", { class: "math" }, para) : el("p", {}, para.split("\n").join(" "))));
   }
 
   function nodeLink(id) {
