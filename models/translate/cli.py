@@ -108,6 +108,9 @@ def parser() -> argparse.ArgumentParser:
     explore.add_argument("--host", default="127.0.0.1",
                          help="default 127.0.0.1 (this machine only); another address lets others in")
     explore.add_argument("--open", action="store_true", help="open the page in the default browser")
+    explore.add_argument("--html", metavar="FILE", default=None,
+                         help="write the page as one self-contained file instead of serving it (the step, its walk "
+                              "and one translation; it opens from disk with no server)")
     explore.set_defaults(run=run_explore)
     for command in (train, evaluate, tr, tasks, corpus, explore):
         command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
@@ -227,8 +230,14 @@ def run_translate(args: argparse.Namespace) -> None:
 
 
 def run_explore(args: argparse.Namespace) -> None:
-    from .explore import open_explorer
+    from .explore import open_explorer, save_page
+    from .explore_files import wait_for_run_json
 
+    if args.html:
+        save_page(args.run_dir, args.html, args.device)
+        print(f"explorer page written to {args.html}", file=sys.stderr)
+        return
+    wait_for_run_json(args.run_dir)  # a run `train` has just started: from its first second
     explorer = open_explorer(args.run_dir, args.device)  # a bad run directory stops here, before any server
     try:
         explorer.serve(args.host, args.port, args.open)

@@ -23,13 +23,14 @@ from .trace import trace_backward
 
 
 
-def explore(fn, *args, port: int | None = None, open: bool = False, host: str = "127.0.0.1") -> None:
+def explore(fn, *args, port: int | None = None, open: bool = False, host: str = "127.0.0.1", html=None):
     """Serve a browser page about one call `fn(*args)`: its graph, backward step by step, its
-    compiled form (see `tinygrad_tx.inspect.explorer`, imported here only when used: the web
-    server's modules would slow down every `import tinygrad_tx`)."""
+    compiled form; or, with `html=FILE`, write it as one self-contained file and return it
+    (shown inline in Jupyter). See `tinygrad_tx.inspect.explorer`, imported here only when
+    used: the web server's modules would slow down every `import tinygrad_tx`."""
     from .explorer import explore as serve
 
-    serve(fn, *args, port=port, open=open, host=host)
+    return serve(fn, *args, port=port, open=open, host=host, html=html)
 
 
 __all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",
