@@ -4,10 +4,11 @@ The source is 8 random symbols; the target is the same 8 symbols, then EOS. The
 task needs no knowledge of language, only attention to the right position, so it
 checks the whole pipeline (masks, positions, training, decoding) in seconds:
 
-    python examples/copy_task.py
+    python examples/copy_task.py [--steps 300]
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -67,8 +68,10 @@ def exact_match(model: Transformer, n: int = 500, seed: int = 1, beam_size: int 
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="training steps (default 300; more than 50)")
     start = time.perf_counter()
-    model = train(log_every=50)
+    model = train(parser.parse_args().steps, log_every=50)
     print(f"trained in {time.perf_counter() - start:.1f} s")
     src, _, _ = make_batch(np.random.default_rng(2), 4)
     for s, out in zip(src, greedy_decode(model, src, LENGTH + 1, BOS, EOS)):
