@@ -131,8 +131,6 @@ def main() -> None:
     parser.add_argument("--config", default="toy")
     parser.add_argument("--steps", type=int, default=15)
     args = parser.parse_args()
-    load = os.getloadavg()[0]
-    print(f"{os.cpu_count()} cores, load {load:.2f} before the first run (1-minute average)")
     print(f"`python examples/copy_task.py --steps {args.script_steps}`, no BLAS variable set: wall s (CPU s)")
     print(f"{'BLAS threads':>22} {'alone':>14} {'beside one busy':>16} {'slow-down':>10}")
     from tinygrad_tx.threads import DEFAULT
