@@ -50,12 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         if hasattr(args, "device"):  # the commands that compute
-            args.device = args.device or tx.default_device()  # --device, else $TINYGRAD_TX_DEVICE, else cpu
-            if args.threads is not None:
-                tx.set_num_threads(args.threads)
-            if args.command == "train":
-                dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
-            tx.set_device(args.device)  # fails here, with the fix, when CUDA is unavailable
+            take_device_and_threads(args)
         args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
     except USER_ERRORS as e:
@@ -67,6 +62,17 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `python -m models tasks | head -1`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail again
         sys.exit(1)
+
+
+def take_device_and_threads(args: argparse.Namespace) -> None:
+    """--device, else $TINYGRAD_TX_DEVICE, else cpu (never a silent CPU: CUDA unavailable fails here,
+    saying how to fix it); --threads, else the library's default."""
+    args.device = args.device or tx.default_device()
+    if args.threads is not None:
+        tx.set_num_threads(args.threads)
+    if args.command == "train":
+        dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
+    tx.set_device(args.device)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -172,7 +178,8 @@ def run_train(args: argparse.Namespace) -> None:
     with progress(settings.steps, trainer.step, enabled=trainer.main) as bar:
         outcome = trainer.train(bar)
     if outcome == "interrupted":
-        say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
+        say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with "
+            f"python -m models train --out {trainer.dir} --resume")
         sys.exit(130)
     say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
     if trainer.main:

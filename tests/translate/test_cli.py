@@ -238,7 +238,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path):
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    assert "continue with --resume" in stdout
+    assert f"continue with python -m models train --out {out} --resume" in stdout
     step = int(tx.load(out / "last.npz")["step"])
     assert step >= 10
     # no model flags given again: they come from the run directory's run.json
