@@ -63,5 +63,5 @@ def _restore_global_state():
     backend._default = default
     tx.manual_seed(0)
     enabled = tx.is_grad_enabled()
-    tx.autograd.set_grad_enabled(True)
+    tx.function.set_grad_enabled(True)
     assert enabled, "this test left grad mode disabled (a no_grad that did not restore it)"

@@ -10,7 +10,7 @@ import pytest
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx import Tensor
-from tinygrad_tx.autograd import Function
+from tinygrad_tx.function import Function
 
 
 def leaf(values, device="cpu", dtype=np.float64):

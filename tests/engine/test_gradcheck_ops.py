@@ -4,10 +4,12 @@ CASES maps each op in `tx.REGISTRY` to its checks; `test_every_registered_op_has
 fails when an op is added without one, and each case must really run its op (the
 graph it builds is searched for it). `tx.gradcheck` backpropagates a random
 upstream gradient (never a plain sum) in float64; the tolerances here are tight.
-Ops written with Tensor backward formulas are also checked to second order.
+Every op is also checked to second order (`tx.gradgradcheck`): the fused ops build their
+gradient from differentiable ops under create_graph, so it can be differentiated again.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,7 +19,7 @@ import pytest
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx import Tensor
-from tinygrad_tx.ops import ScatterAdd
+from tinygrad_tx.ops import AttentionWeights, Erf, ScatterAdd
 
 TIGHT = dict(atol=1e-7, rtol=1e-6)
 
@@ -69,6 +71,14 @@ def seeded_attention(mask=None, causal=False, dropout_p=0.0):
         tx.manual_seed(7)
         m = None if mask is None else Tensor(mask, device=q.device)
         return F.scaled_dot_product_attention(q, k, v, mask=m, causal=causal, dropout_p=dropout_p)
+    return fn
+
+
+def attention_weights(mask=None, causal=False):
+    """AttentionWeights (Attention's softmax part, used by its gradient under create_graph) called directly."""
+    def fn(q, k):
+        m = None if mask is None else Tensor(mask, device=q.device).data
+        return AttentionWeights.apply(q, k, mask=m, causal=causal, scale=1 / np.sqrt(q.shape[-1]))
     return fn
 
 
@@ -166,6 +176,7 @@ CASES: dict[str, dict[str, Case]] = {
     "Relu": {"plain": Case(lambda a: a.relu(), lambda d: [d.away(3, 4)]),
              "functional": Case(lambda a: F.relu(a), lambda d: [d.away(5)])},
     "Abs": {"plain": Case(lambda a: a.abs(), lambda d: [d.away(3, 4)])},
+    "Erf": {"plain": Case(Erf.apply, lambda d: [d.n(3, 4) * 1.5])},
     "Gelu": {
         "exact": Case(lambda a: a.gelu(), lambda d: [d.n(3, 4) * 2]),
         "tanh": Case(lambda a: F.gelu(a, approximate="tanh"), lambda d: [d.n(3, 4) * 2]),
@@ -307,11 +318,13 @@ CASES: dict[str, dict[str, Case]] = {
                                 lambda d: [d.n(4, 3), d.n(4, 3), d.n(4, 2)]),
         "many_keys": Case(seeded_attention(causal=True), lambda d: [d.n(3, 2), d.n(33, 2), d.n(33, 2)]),  # einsum dots
     },
+    "AttentionWeights": {
+        "plain": Case(attention_weights(), lambda d: [d.n(2, 4, 3), d.n(2, 5, 3)]),
+        "keep_mask": Case(attention_weights(mask=KEEP), lambda d: [d.n(2, 4, 3), d.n(2, 4, 3)]),
+        "causal_with_cache": Case(attention_weights(causal=True), lambda d: [d.n(2, 3), d.n(4, 3)]),
+        "mask_adds_batch": Case(attention_weights(mask=np.stack([KEEP, KEEP.T])), lambda d: [d.n(4, 3), d.n(4, 3)]),
+    },
 }
-
-TWICE = {"Add", "Sub", "Cast", "Mul", "Div", "Neg", "Pow", "PowScalar", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid",
-         "Relu", "Abs", "Sum", "Max", "Expand", "Reshape", "Transpose", "Cat", "Getitem", "ScatterAdd",
-         "MaskedFill", "Where", "MatMul", "Linear", "Dropout"}
 
 
 def make_inputs(case: Case, device: str) -> list:
@@ -338,7 +351,7 @@ def nodes_in_graph(out) -> list:
 
 
 ALL = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items() for name in cases]
-SECOND = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items() if op in TWICE
+SECOND = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items()
           for name, case in cases.items() if case.twice]
 
 
@@ -349,10 +362,49 @@ def test_every_registered_op_has_a_case():
     assert not stale, f"cases for ops that are not registered: {stale}"
 
 
-def test_twice_differentiable_ops_are_exactly_those_checked_twice():
-    twice = {name for name, cls in tx.REGISTRY.items() if cls.differentiable_twice}
-    assert twice == TWICE, f"differentiable twice but not gradgradchecked: {sorted(twice - TWICE)}; " \
-                           f"checked twice but once-differentiable: {sorted(TWICE - twice)}"
+def test_every_op_is_differentiable_twice_and_checked_so():
+    """No op is once-differentiable: the fused ones too build their gradient from differentiable
+    ops under create_graph, and each op has at least one case that gradgradcheck runs."""
+    once = sorted(name for name, cls in tx.REGISTRY.items() if not cls.differentiable_twice)
+    assert not once, f"once-differentiable ops: {once}"
+    unchecked = sorted(op for op, cases in CASES.items() if not any(case.twice for case in cases.values()))
+    assert not unchecked, f"ops with no second-order case: {unchecked}"
+
+
+def missing_math(cls: type) -> list[str]:
+    """What the op's own docstring lacks of its math: a clause `y = ...` (the forward) and a clause
+    `d<input> = ...` for each input of backward (`dxs[i] = ...` for any number of inputs `*xs`), a
+    clause being a line or a part of one between semicolons. The explorer shows this text."""
+    doc = cls.__dict__.get("__doc__")  # its own, not the base class's
+    if not doc:
+        return ["a docstring of its own"]
+    clauses = [c.strip() for line in doc.splitlines() for c in line.split(";")]
+    inputs = list(inspect.signature(cls.backward).parameters.values())[2:]  # after self and the upstream gradient
+    wanted = ["y = "] + [f"d{p.name}[i] = " if p.kind is p.VAR_POSITIONAL else f"d{p.name} = " for p in inputs]
+    return [w.strip() for w in wanted if not any(c.startswith(w) for c in clauses)]
+
+
+@pytest.mark.parametrize("op", sorted(tx.REGISTRY))
+def test_every_op_states_its_forward_and_each_gradient(op):
+    """Issue 30, item 3: 15 ops had no docstring of their own, and the explorer showed the base
+    class's words beside their nodes."""
+    missing = missing_math(tx.REGISTRY[op])
+    assert not missing, f"{op}'s docstring lacks {missing}"
+
+
+def test_the_docstring_check_catches_what_is_missing():
+    from tinygrad_tx.function import Function
+
+    class Silent(Function, register=False):
+        def backward(self, g, x, w):
+            return g, g
+
+    class HalfSaid(Silent, register=False):
+        """y = x·w;  dx = g·w"""
+
+    assert missing_math(Silent) == ["a docstring of its own"]
+    assert missing_math(HalfSaid) == ["dw ="]
+    assert missing_math(tx.REGISTRY["Cat"]) == []  # `dxs[i] = ...` for its inputs *xs
 
 
 ENGINE_STATE = {"backend", "xp", "inputs", "arrays", "needs_grad", "seq"}  # what `Function.apply` records
@@ -388,6 +440,59 @@ def test_gradgradcheck(op, name, device):
     assert tx.gradgradcheck(case.fn, make_inputs(case, device), **case.tol)
 
 
+def upstream_for(out, seed: int = 3) -> list:
+    return [Tensor(np.random.default_rng(seed).standard_normal(o.shape).astype(o.dtype), device=o.device)
+            for o in (out if isinstance(out, tuple) else (out,))]
+
+
+def weighted(out, upstream):
+    """Σ out · u over the outputs: the scalar whose gradient is the op's backward of u."""
+    return sum((o * u).sum() for o, u in zip(out if isinstance(out, tuple) else (out,), upstream))
+
+
+@pytest.mark.parametrize("op,name", ALL)
+def test_create_graph_gives_the_fast_gradient(op, name, device):
+    """The gradient an op builds from differentiable ops under create_graph has the values of its fast
+    raw-array gradient (gradgradcheck alone would pass a create_graph formula that is smooth but wrong)."""
+    case = CASES[op][name]
+    inputs = make_inputs(case, device)
+    wanted = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    upstream = upstream_for(case.fn(*inputs))
+    fast = tx.grad(weighted(case.fn(*inputs), upstream), wanted)
+    graph = tx.grad(weighted(case.fn(*inputs), upstream), wanted, create_graph=True)
+    for f, g in zip(fast, graph):
+        assert (f is None) == (g is None)
+        if f is not None:
+            np.testing.assert_allclose(g.numpy(), f.numpy(), rtol=1e-12, atol=1e-14)
+
+
+THIRD = [pytest.param(op, name, id=f"{op}-{name}") for op, name in [
+    ("Softmax", "middle_3d"), ("LogSoftmax", "axis0"), ("LayerNorm", "weight_bias"), ("CrossEntropy", "ignore_smooth_3d"),
+    ("Attention", "causal_and_mask"), ("Attention", "dropout"), ("AttentionWeights", "keep_mask"),
+    ("Gelu", "exact"), ("Gelu", "tanh"), ("Erf", "plain")]]
+
+
+@pytest.mark.parametrize("op,name", THIRD)
+def test_fused_ops_to_third_order(op, name):
+    """"To any order": a fused op's create_graph gradient is made of ops that are themselves
+    differentiable twice, so gradgradcheck of the gradient checks third derivatives. (The
+    second derivatives must depend on the inputs, or the check would compare zeros with zeros.)"""
+    case = CASES[op][name]
+    inputs = make_inputs(case, "cpu")
+    upstream = upstream_for(case.fn(*inputs))
+
+    def gradient(*xs):
+        wanted = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]
+        grads = tx.grad(weighted(case.fn(*xs), upstream), wanted, create_graph=True)
+        return tuple(g if g is not None else x * 0.0 for g, x in zip(grads, wanted))
+
+    first = gradient(*inputs)
+    second = tx.grad(weighted(first, upstream_for(first, seed=4)), [x for x in inputs if isinstance(x, Tensor)
+                                                                      and x.requires_grad], create_graph=True)
+    assert any(g is not None and g.requires_grad for g in second), "third derivatives are all zero here"
+    assert tx.gradgradcheck(gradient, inputs, **case.tol)
+
+
 def test_transposed_inputs_really_are_non_contiguous():
     """The "transposed" cases test strided arrays only if the Tensor keeps the view."""
     x = make_inputs(CASES["Add"]["transposed"], "cpu")[0]
@@ -396,7 +501,7 @@ def test_transposed_inputs_really_are_non_contiguous():
 
 def test_gradcheck_catches_a_wrong_gradient(device):
     """The checker itself must fail on a wrong softmax backward that is right for a constant g."""
-    from tinygrad_tx.autograd import OnceDifferentiable
+    from tinygrad_tx.function import OnceDifferentiable
 
     class DiagonalSoftmax(OnceDifferentiable, register=False):
         def forward(self, x):
@@ -416,7 +521,7 @@ def test_gradcheck_catches_a_wrong_gradient(device):
 
 def test_gradcheck_of_a_large_input_probes_random_directions(device):
     """Past `max_elements` the check compares directional derivatives; they must still catch a bug."""
-    from tinygrad_tx.autograd import Function
+    from tinygrad_tx.function import Function
 
     class Square(Function, register=False):
         slope = 2.0
@@ -469,9 +574,18 @@ def test_gradcheck_warns_and_upcasts_float32(device):
 
 
 def test_create_graph_through_a_once_differentiable_op_raises(device):
+    """An op whose backward works on raw arrays only (tx.jit's whole-replay node is one) is refused
+    under create_graph with its name, before any gradient moves."""
+    from tinygrad_tx.function import OnceDifferentiable
+
+    class RawSquare(OnceDifferentiable, register=False):
+        def forward(self, x):
+            return x * x
+
+        def backward(self, g, x):
+            return (2 * g * x,)
+
     x = Tensor(np.random.default_rng(0).standard_normal((2, 3)), requires_grad=True, device=device)
-    y = (x.softmax() * x).sum()
-    with pytest.raises(RuntimeError, match="Softmax is once-differentiable"):
-        y.backward(create_graph=True)
-    with pytest.raises(RuntimeError, match="once-differentiable"):
-        tx.grad((x.gelu() ** 2).sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match="RawSquare is once-differentiable"):
+        (RawSquare.apply(x) * x).sum().backward(create_graph=True)
+    assert x.grad is None

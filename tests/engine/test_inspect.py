@@ -133,7 +133,7 @@ def test_post_accumulate_grad_hook_runs_during_backward_with_the_whole_gradient(
     def ready(name):
         def hook(p):
             events.append((name, p.grad.numpy(), w1.grad is None))
-            tx.autograd.queue_callback(finished)
+            tx.backward.queue_callback(finished)
         return hook
 
     def finished():
@@ -149,7 +149,7 @@ def test_post_accumulate_grad_hook_runs_during_backward_with_the_whole_gradient(
     np.testing.assert_allclose(events[1][1], [[2.0, -6.0], [-4.0, 12.0]])  # 2 xᵀ w2ᵀ
     assert events[2] == ("finished", True)
     with pytest.raises(RuntimeError, match="outside backward"):
-        tx.autograd.queue_callback(finished)
+        tx.backward.queue_callback(finished)
     with pytest.raises(RuntimeError, match="needs a leaf"):
         h.register_post_accumulate_grad_hook(ready("h"))
 
@@ -200,6 +200,42 @@ def test_retain_grad_accumulates_across_backward_calls_like_a_leaf():
     np.testing.assert_allclose(h.grad.numpy(), 2 * 2 * np.array([2.0, 4.0]))
     x.retain_grad()  # a leaf keeps its gradient anyway: nothing to do
     np.testing.assert_allclose(x.grad.numpy(), 2 * 2 * 2 * np.array([2.0, 4.0]))
+
+
+@pytest.mark.parametrize("retain_first", [True, False])
+def test_retained_gradient_is_the_one_that_flowed_on_whatever_the_order(torch, retain_first):
+    """Hardening round 3, item 4: with `h.retain_grad(); h.register_hook(lambda g: g * 2)`, h.grad
+    was the gradient before the hook (1x) while x.grad got 2x. PyTorch keeps the one that flowed on."""
+    values = [0.3, -1.2, 0.7]
+    x, tx_ = leaf(values), torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    h, th = x.tanh(), tx_.tanh()
+    for t in (h, th):
+        if retain_first:
+            t.retain_grad()
+        t.register_hook(lambda g: g * 2)
+        if not retain_first:
+            t.retain_grad()
+    (h * 3.0).sum().backward()
+    (th * 3.0).sum().backward()
+    np.testing.assert_allclose(h.grad.numpy(), th.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(h.grad.numpy(), 6.0)
+    np.testing.assert_allclose(x.grad.numpy(), tx_.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("on_leaf", [True, False])
+@pytest.mark.parametrize("change", ["shape", "broadcast", "dtype"])
+def test_a_hook_that_changes_the_gradients_shape_or_dtype_is_refused(on_leaf, change):
+    """Hardening round 3, item 8: a leaf hook returning `g.sum()` made `.grad` one number, which SGD
+    then broadcast over the weight. A hook may change values only; the error names the tensor and
+    both shapes."""
+    x = Tensor(np.ones((2, 3)), requires_grad=True, name="weight")
+    t = x if on_leaf else x * 2.0
+    replace = {"shape": lambda g: g.sum(), "broadcast": lambda g: g.sum(axis=0, keepdims=True),
+               "dtype": lambda g: g.astype(np.float32)}[change]
+    t.register_hook(replace)
+    with pytest.raises(RuntimeError, match=r"hook on .*(weight|Mul).*shape .*\(2, 3\)"):
+        (t * t).sum().backward()
+    assert x.grad is None
 
 
 # -- module hooks ------------------------------------------------------------------------------

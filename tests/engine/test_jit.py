@@ -10,7 +10,8 @@ import pytest
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import GPT, Transformer
-from tinygrad_tx import autograd, optim
+from tinygrad_tx import optim
+from tinygrad_tx.backward import queue_callback
 
 PAD = 0
 
@@ -298,7 +299,7 @@ def test_post_accumulate_grad_hooks_run_in_a_replay_as_in_eager():
     def ready(name):
         def hook(p):
             events.append((name, p.grad.numpy().copy()))
-            autograd.queue_callback(end)
+            queue_callback(end)
         return hook
 
     def end():

@@ -273,7 +273,7 @@ def test_strict_refuses_a_numpy_scalar_as_tensor_data():
     with pytest.raises(TypeError, match="numpy.float32 as the data of a strict tensor"):
         Tensor._from_op(np.float32(1.0), strict)
 
-    class HostSum(tx.autograd.Function, register=False):
+    class HostSum(tx.function.Function, register=False):
         def forward(self, x):
             return np.float32(x.get().sum())  # computed on the host: CuPy would not give this
 

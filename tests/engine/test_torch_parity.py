@@ -7,12 +7,15 @@ Skipped where torch is not installed. Conventions that differ are translated her
 our `var` is NumPy's (ddof=0, torch's correction=0); our `linear` weight is
 (in, out), torch's (out, in); our cross-entropy has classes on the last axis.
 """
+import functools
+
 import numpy as np
 import pytest
 
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx import Tensor
+from tinygrad_tx.ops import REDUCTIONS
 
 TOLERANCES = {"float64": dict(rtol=1e-9, atol=1e-10), "float32": dict(rtol=2e-4, atol=2e-5)}
 
@@ -128,6 +131,30 @@ def test_max_splits_the_gradient_between_ties(torch, device, dtype):
     x = np.array([[1.0, 5.0, 5.0, 5.0], [2.0, 2.0, -1.0, 0.0], [7.0, 7.0, 7.0, 7.0]])
     compare(torch, device, dtype, lambda x: x.max(axis=1), lambda t: t.amax(dim=1), x)
     compare(torch, device, dtype, lambda x: x.max(), lambda t: t.amax(), x)
+
+
+def torch_max(torch, t, axis=None, keepdims=False):
+    """PyTorch's `max()`, taken slice by slice over `axis`: with a NaN in a slice its gradient goes to
+    the NaN positions, split evenly, as between ties. (`amax`'s gradient is NaN on the whole slice,
+    and `max(dim)` picks one position even between ties.)"""
+    axes = sorted(a % t.ndim for a in (range(t.ndim) if axis is None else [axis] if isinstance(axis, int) else axis))
+    kept = [a for a in range(t.ndim) if a not in axes]
+    slices = t.permute(*kept, *axes).reshape(-1, int(np.prod([t.shape[a] for a in axes])))  # (slices, reduced)
+    out = torch.stack([s.max() for s in slices]).reshape([t.shape[a] for a in kept])
+    return out.reshape([1 if a in axes else size for a, size in enumerate(t.shape)]) if keepdims else out
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the NaN it compares
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (1, False), (-1, True), ((0, 2), False)], ids=str)
+def test_max_sends_the_gradient_to_the_nan(torch, device, dtype, axis, keepdims):
+    """Issue 32, item 7: with a NaN present the gradient was NaN everywhere (x == max matched
+    nothing, and 1/0 ties); PyTorch's max() sends it to the NaN, split evenly between NaNs."""
+    x = n(3, 4, 5)
+    x[0, 1, 2] = np.nan  # one NaN
+    x[1, 2, 0] = x[1, 3, 4] = np.nan  # two in one slice (or two slices, by axis)
+    x[2, :, 1] = 9.0  # ties among the finite ones
+    compare(torch, device, dtype, lambda x: x.max(axis=axis, keepdims=keepdims),
+            lambda t: torch_max(torch, t, axis, keepdims), x)
 
 
 # -- shapes -----------------------------------------------------------------------------
@@ -274,6 +301,31 @@ def test_cross_attention_with_different_lengths(torch, device, dtype):
             q, k, v)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the overflow of q·k
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_never_weights_a_blocked_key(torch, device, dtype, causal):
+    """Issue 32, item 6: blocked scores were the dtype's most negative finite value, so a row whose
+    kept scores overflowed to -inf (q = 1e20, k = -1e20 in float32) gave the blocked key all the
+    weight. A blocked key gets weight 0 whatever the scores; a row whose kept scores are all -inf is
+    all zero, with zero gradients, as in PyTorch, and one kept finite score takes all the weight."""
+    big = 1e20 if dtype == "float32" else 1e200  # q·k overflows to -inf in both
+    q = np.array([[big], [big], [1.0], [big]])  # (Tq, 1)
+    k = np.array([[-big], [-big], [0.5], [2.0]])  # (Tk, 1): keys 0, 1 overflow against a big query
+    v = n(4, 2)
+    keep = np.array([[True, True, False, False],  # kept scores all -inf, blocked ones finite
+                     [True, False, True, False],  # one kept score -inf, one finite
+                     [True, True, True, False],
+                     [False, True, False, True]])
+    ours = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=keep, causal=causal)  # noqa: E731
+    mask = torch.tensor(keep & np.tri(4, dtype=bool) if causal else keep)
+    theirs = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+    compare(torch, device, dtype, ours, theirs, q, k, v)
+    _, weights = F.scaled_dot_product_attention(*(Tensor(a.astype(dtype), device=device) for a in (q, k, v)),
+                                                mask=keep, causal=causal, return_weights=True)
+    assert np.all(weights.numpy()[~mask.numpy()] == 0)
+    assert np.all(weights.numpy()[0] == 0)  # no finite kept score: no weight anywhere
+
+
 # -- edges: NaN, ±0, ±inf and the far tails (issue 22, items 6 and 8) -----------------------
 
 EDGES = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1e-30, -1e-30, 90.0, -90.0, 1e30, -1e30])
@@ -309,7 +361,7 @@ def test_reduction_edges_match_torch(torch, device, dtype, op):
     rows = np.array([[np.nan, 1.0, 2.0], [np.inf, 1.0, 2.0], [-np.inf, 1.0, 2.0], [-np.inf] * 3,
                      [1e30, -1e30, 0.0], [1e-30, -0.0, 0.0]])
     theirs = {"softmax": lambda t: t.softmax(-1), "log_softmax": lambda t: t.log_softmax(-1),
-              "max": lambda t: t.amax(-1), "sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1)}[op]
+              "max": lambda t: torch_max(torch, t, -1), "sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1)}[op]
     compare(torch, device, dtype, lambda x: getattr(x, op)(axis=-1), theirs, rows)
 
 
@@ -413,3 +465,93 @@ def test_float16_sums_along_a_strided_axis(torch, device):
     ones = np.ones((10_000, 3))
     compare_half(torch, device, lambda x: x.sum(axis=0), lambda t: t.sum(0), ones)
     compare_half(torch, device, lambda x, b: x + b, lambda x, b: x + b, ones, np.zeros(3))
+
+
+# -- a zero-size axis anywhere (issue 32, item 12) ----------------------------------------------
+# Fused ops and reductions on an empty axis give empty results (or PyTorch's value: the sum of
+# nothing is 0, its mean NaN) and gradients of the inputs' shapes, as PyTorch; first and second
+# derivatives alike. They raised: NumPy's max has no value for an empty axis, and
+# reshape(-1, 0) cannot tell what -1 is.
+
+def attention_pair(mask=None, causal=False):
+    def ours(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, mask=mask, causal=causal)
+
+    def theirs(torch, q, k, v):
+        keep = None if mask is None else torch.tensor(mask)
+        if causal:
+            tri = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2])
+            keep = tri if keep is None else keep & tri
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return ours, theirs
+
+
+def zero_size_cases():
+    """name -> (ours, theirs(torch, *tensors), arrays): every fused op and reduction, with a
+    zero-size axis in each position."""
+    cases = {}
+    for shape in [(2, 0), (0, 3), (0, 0), (2, 0, 3), (0,)]:
+        for axis in range(len(shape)):
+            for op in ("softmax", "log_softmax", "sum", "mean", "var"):
+                theirs = (lambda torch, t, axis=axis: t.var(axis, correction=0)) if op == "var" else \
+                    (lambda torch, t, op=op, axis=axis: getattr(t, op)(axis))
+                cases[f"{op}{shape}axis{axis}"] = (lambda x, op=op, axis=axis: getattr(x, op)(axis=axis), theirs,
+                                                   [n(*shape)])
+            if shape[axis]:  # the max of an empty axis is an error: see the next test
+                cases[f"max{shape}axis{axis}"] = (lambda x, axis=axis: x.max(axis=axis),
+                                                  lambda torch, t, axis=axis: t.amax(axis), [n(*shape)])
+        cases[f"layer_norm{shape}"] = (F.layer_norm, lambda torch, x, w, b: torch.nn.functional.layer_norm(
+            x, x.shape[-1:], w, b), [n(*shape), n(shape[-1]), n(shape[-1])])
+        cases[f"gelu{shape}"] = (lambda x: x.gelu(), lambda torch, x: torch.nn.functional.gelu(x), [n(*shape)])
+    for B, Tq, Tk, d, dv in [(2, 0, 4, 3, 2), (2, 4, 0, 3, 2), (2, 0, 0, 3, 2), (2, 3, 4, 0, 2), (2, 3, 4, 3, 0),
+                             (0, 3, 4, 3, 2)]:
+        qkv = [n(B, Tq, d), n(B, Tk, d, seed=1), n(B, Tk, dv, seed=2)]
+        for how, pair in [("", attention_pair()), ("_causal", attention_pair(causal=True)),
+                          ("_mask", attention_pair(mask=n(Tq, Tk, seed=3) > 0))]:
+            cases[f"attention{how}(B{B},Tq{Tq},Tk{Tk},d{d},dv{dv})"] = (*pair, qkv)
+    for reduction in REDUCTIONS:
+        for ignore, eps in [(-100, 0.0), (0, 0.2)]:
+            cases[f"cross_entropy_N0_{reduction}_ignore{ignore}_smoothing{eps}"] = (
+                lambda x, t, r=reduction, i=ignore, e=eps: F.cross_entropy(x, t, i, e, r),
+                lambda torch, x, t, r=reduction, i=ignore, e=eps: torch.nn.functional.cross_entropy(
+                    x.reshape(-1, 5), t.reshape(-1), ignore_index=i, label_smoothing=e, reduction=r
+                ).reshape(t.shape if r == "none" else ()),
+                [n(2, 0, 5), np.zeros((2, 0), dtype=np.int64)])
+    for padding_idx in (None, 1):
+        for what, (w, ids) in {"no_ids": ((4, 3), np.zeros((2, 0), dtype=np.int64)),
+                               "D0": ((4, 0), np.array([[1, 2, 1]]))}.items():
+            cases[f"embedding_{what}_padding{padding_idx}"] = (
+                lambda w, i, p=padding_idx: F.embedding(i, w, p),
+                lambda torch, w, i, p=padding_idx: torch.nn.functional.embedding(i, w, p), [n(*w), ids])
+    for x, w in [((0, 3), (3, 2)), ((4, 0), (0, 2)), ((4, 3), (3, 0)), ((2, 4, 0), (0, 2))]:
+        cases[f"linear{x}{w}"] = (F.linear, lambda torch, x, w, b: x @ w + b, [n(*x), n(*w), n(w[1])])
+        cases[f"matmul{x}{w}"] = (lambda x, w: x @ w, lambda torch, x, w: x @ w, [n(*x), n(*w)])
+    return cases
+
+
+ZERO_SIZE = zero_size_cases()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the mean of nothing: NumPy notes its 0/0
+@pytest.mark.parametrize("case", ZERO_SIZE)
+def test_a_zero_size_axis_gives_empty_results_and_gradients(torch, device, dtype, case):
+    ours, theirs, arrays = ZERO_SIZE[case]
+    compare(torch, device, dtype, ours, functools.partial(theirs, torch), *arrays)
+    xs = [Tensor(a.astype(dtype) if a.dtype.kind == "f" else a, device=device, requires_grad=a.dtype.kind == "f")
+          for a in arrays]
+    floats = [x for x in xs if x.requires_grad]
+    out = ours(*xs)
+    firsts = tx.grad((out * out).sum(), floats, create_graph=True)  # second derivatives run on empties too
+    seconds = tx.grad(sum(((g * g).sum() for g in firsts if g is not None), start=0.0) + out.sum(), floats)
+    assert [g.shape for g in seconds] == [x.shape for x in floats]
+
+
+def test_max_of_an_empty_axis_is_an_error(torch, device):
+    """The maximum of no numbers does not exist; PyTorch raises too (its amax and max alike)."""
+    x = Tensor(np.zeros((2, 0, 3)), device=device)
+    for axis in (1, None, (0, 1)):
+        with pytest.raises(ValueError, match="empty"):
+            x.max(axis=axis)
+    with pytest.raises((IndexError, RuntimeError)):
+        torch.zeros(2, 0, 3).amax(1)
+    assert x.max(axis=2).shape == (2, 0)  # an empty result over a non-empty axis is fine

@@ -149,7 +149,7 @@ def test_node_panel_has_the_ops_forward_and_backward(walkthrough_url):
     graph = get(walkthrough_url + "/api/graph")[1]
     softmax = next(n for n in graph["nodes"] if n["title"] == "Softmax")
     node = get(walkthrough_url + f"/api/node?id={softmax['id']}")[1]
-    from tinygrad_tx.autograd import REGISTRY
+    from tinygrad_tx.function import REGISTRY
     assert node["op"]["backward"]["code"] == inspect.getsource(REGISTRY["Softmax"].backward)
     assert node["op"]["forward"]["code"] == inspect.getsource(REGISTRY["Softmax"].forward)
     assert [s["name"] for s in node["saved"]] == list(REGISTRY["Softmax"].saved)

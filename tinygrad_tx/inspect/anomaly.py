@@ -16,7 +16,7 @@ from __future__ import annotations
 import linecache
 from typing import Any
 
-from ..autograd import Function
+from ..function import Function
 from .instrument import Instrument, describe, nonfinite, raw, user_frames
 
 

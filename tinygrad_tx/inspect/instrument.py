@@ -27,8 +27,9 @@ import os
 import sys
 from typing import Any
 
-from .. import autograd, observers
-from ..plan import BackwardPlan
+from .. import observers
+from ..backward import BackwardPlan
+from ..function import Function
 from ..tensor import Tensor
 
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -45,16 +46,16 @@ class Instrument:
     def __exit__(self, *exc) -> None:
         observers.active.remove(self)
 
-    def forward(self, fn: autograd.Function, inputs: tuple, output: Any, seconds: float, recorded: bool) -> None:
+    def forward(self, fn: Function, inputs: tuple, output: Any, seconds: float, recorded: bool) -> None:
         """Called after each op's forward."""
 
-    def backward(self, fn: autograd.Function, grad: Any, grads: tuple, seconds: float) -> None:
+    def backward(self, fn: Function, grad: Any, grads: tuple, seconds: float) -> None:
         """Called after each step of the backward plan, with what it sent to each input (None: nothing)."""
 
     def collective(self, name: str, seconds: float) -> None:
         """Called when data parallelism spent `seconds` in communication (`name`: "all_reduce")."""
 
-    def op(self, fn: autograd.Function, inputs: tuple, params: dict, output: Any, recorded: bool) -> None:
+    def op(self, fn: Function, inputs: tuple, params: dict, output: Any, recorded: bool) -> None:
         """Called after each op's forward (after `forward`), with the op's keyword params."""
 
     def backward_begin(self, root: Tensor, grad: Tensor, plan: BackwardPlan, create_graph: bool,

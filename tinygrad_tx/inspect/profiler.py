@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..autograd import Function
+from ..function import Function
 from .instrument import Instrument
 
 @dataclass

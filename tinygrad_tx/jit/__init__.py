@@ -145,7 +145,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import autograd, observers
+from .. import observers
+from ..function import is_grad_enabled
 from ..nn import Module
 from ..tensor import Tensor
 from .record import JitError, Recorder, check_same, record
@@ -233,7 +234,7 @@ class Jitted:
         first_with_data: dict[int, int] = {}  # the same array passed twice is one slot of the record
         aliases = tuple(first_with_data.setdefault(id(t.data), i) for i, t in enumerate(tensors))
         pinned = tuple((i, id(t)) for i, t in enumerate(tensors) if id(t) in self._outside)  # f(p) may use p too
-        return (signature, aliases, pinned, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
+        return (signature, aliases, pinned, is_grad_enabled(), tuple(m.training for m in self._modules or ()))
 
     def tape(self, *args: Any, **kwargs: Any) -> "Tape | None":
         """The record these arguments would replay (None if there is none yet)."""

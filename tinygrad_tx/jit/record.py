@@ -16,7 +16,7 @@ from ..inspect.instrument import Instrument
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
-from ..plan import BackwardPlan, PlanStep, backward_plan
+from ..backward import BackwardPlan, PlanStep, backward_plan
 from ..tensor import Tensor
 from . import watch
 from .program import Backward, Call, Live, Op

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import autograd
-from ..autograd import OnceDifferentiable
+from ..function import OnceDifferentiable, is_grad_enabled, op_error
 from ..inspect.instrument import describe
 from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
@@ -55,7 +54,7 @@ class Tape:
                 and not GLOBAL_HOOKS and not any(m._hooks for m in self.modules))
 
     def replay(self, tensors: list[Tensor]) -> Any:
-        if self.differentiable is not None and autograd.is_grad_enabled():
+        if self.differentiable is not None and is_grad_enabled():
             leaves = [self._leaf(k, tensors) for k in range(len(self.leaves))]
             result = Replayed.apply(*leaves, tape=self, tensors=tensors)  # in its place among the outputs
             replayed = result.grad_fn
@@ -77,7 +76,7 @@ class Tape:
             op = run.forward_at.get(tb.tb_lineno) if tb is not None else None
             if op is None:
                 raise
-            raise autograd.op_error(e, op.cls.__name__, [self.slot_types[i][0] for i in op.ins]) from None
+            raise op_error(e, op.cls.__name__, [self.slot_types[i][0] for i in op.ins]) from None
 
     def backward_to_leaves(self, g: Any, values: list, fns: list) -> tuple:
         """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""

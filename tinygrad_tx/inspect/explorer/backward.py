@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...plan import backward_plan
+from ...backward import backward_plan
 from ...tensor import Tensor
 from ..trace import trace_backward
 
@@ -60,7 +60,8 @@ def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], s
                           releases=held.get(id(step.node), []) if planned.releases else [])
         for flow in step.sent:
             # where the plan sums a broadcast back, the node sent a gradient of its output's shape
-            summed_from = list(planned.shape) if flow.route.sum_to is not None else None
+            _, _, sum_to = flow.route
+            summed_from = list(planned.shape) if sum_to is not None else None
             record.sends.append({"to": node_id(flow.target), "arrival": flow.arrival, "summed_from": summed_from})
             record.sent.append(flow.grad)
         steps.append(record)

@@ -19,7 +19,7 @@ import inspect
 import linecache
 from typing import Any, Callable
 
-from ...autograd import Function
+from ...function import Function
 from ...tensor import Tensor
 from ..graph import tensors_in_graph
 from ..instrument import Instrument, user_frames
