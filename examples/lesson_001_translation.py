@@ -151,7 +151,7 @@ held_out = run.held_out("test")[:10 if args.quick else 100]
 ours = [translate_step_by_step(s) for s, _ in held_out]
 for (s, refs), o in list(zip(held_out, ours))[:4]:
     print(f"{'ok ' if o in refs else 'BAD'} {s} -> {o}")
-cli = subprocess.run([sys.executable, "-m", "models", "translate", "--checkpoint", str(run_dir), "--beam", "1"],
+cli = subprocess.run([sys.executable, "-m", "models", "translate", "--run", str(run_dir), "--beam", "1"],
                      input="\n".join(s for s, _ in held_out), cwd=ROOT, capture_output=True, text=True)
 cli_outputs = cli.stdout.splitlines()
 same_as_cli = np.mean([a == b for a, b in zip(ours, cli_outputs)]) if len(cli_outputs) == len(ours) else 0.0

@@ -146,7 +146,7 @@ print(f"seed 002's formula vs MultiHeadAttention(causal=True): max difference {g
 # %%
 steps, batch_size = (300, 64) if args.quick else (5000, 128)
 optimizer = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=1e-2)
+schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps)
 train_rng, curve = random.Random(1), []
 model.train()
 for step in range(1, steps + 1):

@@ -201,7 +201,7 @@ train_ids = [vocab.encode(w) for w in train_words]
 test_ids = [vocab.encode(w) for w in test_words]
 steps, pairs_per_batch = (250, 32) if args.quick else (1200, 32)
 optimizer = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=2e-3)
+schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps)
 order_rng, losses = np.random.default_rng(0), []
 model.train()
 for step in range(1, steps + 1):

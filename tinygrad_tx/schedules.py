@@ -96,12 +96,17 @@ class NoamSchedule(LRSchedule):
 
 class WarmupCosine(LRSchedule):
     """Linear warm-up from lr_max/warmup (step 1) to lr_max (step `warmup`), then a half
-    cosine from lr_max down to lr_min at step `total_steps`; lr_min after that."""
+    cosine from lr_max down to lr_min at step `total_steps`; lr_min after that.
 
-    def __init__(self, optimizer: Any, warmup: int, total_steps: int, lr_max: float, lr_min: float = 0.0):
+    lr_max is the optimizer's lr when the schedule is made (as PyTorch's schedules take
+    their base rate), so the peak rate is given once, to the optimizer. Make the schedule
+    before loading a saved optimizer state, whose lr is the rate of the step it stopped at.
+    """
+
+    def __init__(self, optimizer: Any, warmup: int, total_steps: int, lr_min: float = 0.0):
         if not 0 <= warmup < total_steps:
             raise ValueError(f"WarmupCosine: need 0 <= warmup < total_steps, got {warmup} and {total_steps}")
-        self.warmup, self.total_steps, self.lr_max, self.lr_min = warmup, total_steps, lr_max, lr_min
+        self.warmup, self.total_steps, self.lr_max, self.lr_min = warmup, total_steps, optimizer.lr, lr_min
         super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import signal
 import time
+from functools import cached_property
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from tinygrad_tx import optim
 
 from .averaging import Average, snapshot_steps
 from ..text.data import PAD_ID
-from .evaluation import score, translate
+from .evaluation import score, summary, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
 from .ranks import check_data_agree, check_settings_agree, on_every_rank, together
@@ -46,17 +47,18 @@ from ..transformer import Transformer
 
 
 class Trainer:
-    """One training run in one run directory: `start()`, then `train(progress)`."""
+    """One training run in one run directory: `start()`, then `train(progress)`.
+
+    Under mpiexec the caller has joined the job first (`dist.init(device)`, as `cli.main` does),
+    so that each rank took its own GPU before anything was allocated."""
 
     def __init__(self, settings: TrainSettings):
-        dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
         check_settings_agree(settings)  # before any setting sends a rank down another path
         self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s, self.dir = settings, run_directory(settings)
         self.data = together(prepare, settings, self.dir)
-        config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab), d_model=settings.d_model,
-                      num_heads=settings.heads, num_encoder_layers=settings.layers, num_decoder_layers=settings.layers,
-                      d_ff=settings.d_ff, dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
+        config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab),
+                      **settings.model_options(), max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
                       tie_embeddings=settings.shared_vocab)
         self.last = together(self._read_last, config) if settings.resume else None
         check_data_agree(self.data, self.last)
@@ -65,7 +67,7 @@ class Trainer:
         self.model = dist.DataParallel(Transformer(**config).to(settings.device))
         self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
         warmup = min(settings.warmup, settings.steps // 4)  # short runs still get to decay
-        self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, settings.lr, settings.lr * 0.05)
+        self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, lr_min=0.05 * self.optimizer.lr)
         self.step, self.best = 0, -1.0
         self.average = Average(snapshot_steps(settings.steps, settings.eval_every, settings.average))
         self.lock = None
@@ -183,8 +185,7 @@ class Trainer:
 
     def _score(self, progress, what: str, **note) -> float:
         """Greedy translations of the validation sources, logged and shown; returns the number that
-        picks the best model: BLEU against all references for a corpus (it has many right
-        translations), exact match for a task."""
+        picks the best model (`best_by`)."""
         self.model.eval()
         data = self.data
         sources = [s for s, _ in data.valid_sources]
@@ -195,11 +196,20 @@ class Trainer:
         self.log({"step": self.step, **note, "valid_exact_match": metrics["exact_match"],
                   "valid_token_accuracy": metrics["token_accuracy"], "valid_bleu": metrics["bleu"],
                   "valid_chrf": metrics["chrf"]})
-        progress.write(f"{what}: validation exact match {metrics['exact_match']:.1f}%, "
-                       f"token accuracy {metrics['token_accuracy']:.1f}%, BLEU {metrics['bleu']:.1f}")
+        progress.write(f"{what}: validation {summary(metrics, digits=1)}")
         for s, o, r in list(zip(sources, outputs, references))[:3]:
             progress.write(f"  {s!r} -> {o!r}   (reference {r[0]!r}{' or others' if len(r) > 1 else ''})")
-        return metrics["bleu"] if self.s.data else metrics["exact_match"]
+        return metrics[self.best_by]
+
+    @cached_property
+    def best_by(self) -> str:
+        """What picks best.npz: exact match for a task; for a corpus, which has many right translations,
+        BLEU against all references, or chrF where no reference has 4 tokens (BLEU is 0 there)."""
+        if self.s.task:
+            return "exact_match"
+        references = [refs for _, refs in self.data.valid_sources]
+        themselves = score([refs[0] for refs in references], references, self.data.tokenizers[1])
+        return "bleu" if themselves["bleu_defined"] else "chrf"
 
     def _keep_if_best(self, key: float) -> None:
         if key > self.best:

@@ -207,7 +207,8 @@ def test_one_failing_rank_ends_the_job(case, message, tmp_path):
 
 # -- the trainer ---------------------------------------------------------------------------
 
-TINY = ["--task", "reverse", "--batch-size", "8", "--d-model", "16", "--heads", "2", "--layers", "1",
+TINY = ["--task", "reverse", "--batch-size", "8", "--d-model", "16", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "32", "--n-train", "17", "--eval-every", "100"]  # 17 pairs: batches of 8, 8 and 1
 
 

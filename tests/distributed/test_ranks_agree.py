@@ -13,8 +13,8 @@ from pathlib import Path
 
 from .test_distributed import MPIEXEC, REPO, needs_mpi
 
-TRAIN = ["-m", "models", "train", "--steps", "4", "--eval-every", "2", "--d-model", "8", "--heads", "2",
-         "--layers", "1", "--d-ff", "8", "--batch-size", "8"]
+TRAIN = ["-m", "models", "train", "--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
+         "--num-encoder-layers", "1", "--num-decoder-layers", "1", "--d-ff", "8", "--batch-size", "8"]
 
 
 def two_ranks(first: list[str], second: list[str], wdirs: tuple[Path, Path] = (REPO, REPO)):

@@ -19,7 +19,8 @@ from tinygrad_tx.inspect.explorer import Explorer
 from tinygrad_tx.inspect.explorer.access import host_header
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--steps", "300", "--eval-every", "100", "--d-model", "32", "--heads", "2", "--layers", "1",
+TINY = ["--steps", "300", "--eval-every", "100", "--d-model", "32", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "64", "--n-train", "2000", "--batch-size", "32", "--lr", "3e-3", "--log-every", "10"]
 
 

@@ -307,7 +307,7 @@ def test_the_guided_tour_visits_each_stop(page, run_url, run_explorer, shots):
 
 def test_translate_and_training_views(page, run_url, tiny_run, shots):
     sentence = "abcdefghij"
-    cli = run_cli("translate", "--checkpoint", str(tiny_run), "--beam", "4", sentence)
+    cli = run_cli("translate", "--run", str(tiny_run), "--beam", "4", sentence)
     assert cli.returncode == 0, cli.stderr
     open_page(page, run_url)
     page.locator("#graph .node.module", has_text="decoder").first.click()  # a box opens into its parts

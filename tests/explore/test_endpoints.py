@@ -239,7 +239,7 @@ def test_module_calls_fold_into_boxes(run_explorer):
 def test_beam_tree_winner_is_the_cli_translation(run_url, tiny_run):
     sentence = "abcdefghij"
     for beam in (1, 3):
-        cli = run_cli("translate", "--checkpoint", str(tiny_run), "--beam", str(beam), sentence)
+        cli = run_cli("translate", "--run", str(tiny_run), "--beam", str(beam), sentence)
         assert cli.returncode == 0, cli.stderr
         status, page = post(run_url + "/api/translate", {"sentence": sentence, "beam": beam})
         assert status == 200

@@ -137,8 +137,8 @@ def test_trajectory_matches_torch(torch, name, kwargs):
 def test_trajectory_with_schedule_matches_torch(torch):
     """A schedule changes `optimizer.lr`, and the next step uses it: here the rate for step s
     is also handed to torch, so a schedule applied at the wrong step would show."""
-    schedule = lambda opt: optim.WarmupCosine(opt, warmup=5, total_steps=30, lr_max=3e-2, lr_min=1e-3)
-    ours, theirs = run_both(torch, "Adam", dict(lr=1.0), steps=30, schedule=schedule)
+    schedule = lambda opt: optim.WarmupCosine(opt, warmup=5, total_steps=30, lr_min=1e-3)
+    ours, theirs = run_both(torch, "Adam", dict(lr=3e-2), steps=30, schedule=schedule)
     assert max_relative_difference(ours, theirs) < 1e-5
 
 
@@ -284,8 +284,8 @@ def test_load_state_dict_errors_and_changes_nothing():
 
 
 # -- schedules ----------------------------------------------------------------------------------
-def sgd():
-    return optim.SGD([param([0.0])], lr=0.0)
+def sgd(lr=0.0):
+    return optim.SGD([param([0.0])], lr=lr)
 
 
 def test_noam_schedule_matches_the_formula():
@@ -306,16 +306,16 @@ def test_noam_schedule_matches_the_formula():
 
 
 def test_warmup_cosine_at_its_corners():
-    opt = sgd()
-    sched = optim.WarmupCosine(opt, warmup=10, total_steps=110, lr_max=1e-3, lr_min=1e-5)
+    opt = sgd(lr=1e-3)  # the peak: the optimizer's rate, given once
+    sched = optim.WarmupCosine(opt, warmup=10, total_steps=110, lr_min=1e-5)
     assert opt.lr == pytest.approx(1e-4)  # step 1: lr_max / warmup, not 0 (a wasted step)
     assert sched.lr_at(10) == pytest.approx(1e-3)  # end of warm-up
     assert sched.lr_at(60) == pytest.approx(1e-5 + 0.5 * (1e-3 - 1e-5))  # half-way down the cosine
     assert sched.lr_at(110) == pytest.approx(1e-5) and sched.lr_at(500) == pytest.approx(1e-5)
-    no_warmup = optim.WarmupCosine(sgd(), warmup=0, total_steps=10, lr_max=1.0)
+    no_warmup = optim.WarmupCosine(sgd(lr=1.0), warmup=0, total_steps=10)
     assert no_warmup.lr_at(10) == pytest.approx(0.0, abs=1e-12) and no_warmup.lr_at(1) < 1.0
     with pytest.raises(ValueError):
-        optim.WarmupCosine(sgd(), warmup=10, total_steps=10, lr_max=1.0)
+        optim.WarmupCosine(sgd(lr=1.0), warmup=10, total_steps=10)
 
 
 def test_lambda_lr_scales_the_initial_rate():
@@ -327,7 +327,7 @@ def test_lambda_lr_scales_the_initial_rate():
 
 
 @pytest.mark.parametrize("make", [lambda o: optim.NoamSchedule(o, 64, warmup=4),
-                                  lambda o: optim.WarmupCosine(o, 3, 20, lr_max=0.1),
+                                  lambda o: optim.WarmupCosine(o, 3, 20, lr_min=0.1),
                                   lambda o: optim.LambdaLR(o, lambda s: 0.9 ** s)],
                          ids=["noam", "cosine", "lambda"])
 def test_schedule_state_dict_resumes_exactly(tmp_path, make):

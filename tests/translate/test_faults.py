@@ -20,7 +20,8 @@ import pytest
 from models.translate import cli
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--d-model", "8", "--heads", "2", "--layers", "1", "--d-ff", "8", "--batch-size", "8"]
+TINY = ["--d-model", "8", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1", "--d-ff", "8", "--batch-size", "8"]
 
 
 def losses(run_dir: Path) -> list[tuple[int, float]]:
@@ -123,8 +124,8 @@ def test_every_damaged_file_is_named_by_every_command_that_reads_it(capsys, tmp_
     shutil.copytree(source, run_dir)
     damage(run_dir / name, how)
     commands = {
-        "evaluate": ["evaluate", "--checkpoint", str(run_dir)],
-        "translate": ["translate", "--checkpoint", str(run_dir), "red cat"],
+        "evaluate": ["evaluate", "--run", str(run_dir)],
+        "translate": ["translate", "--run", str(run_dir), "red cat"],
         "train": ["train", "--out", str(run_dir), *settings, "--resume", "--steps", "7"],
     }
     for command, args in commands.items():

@@ -17,7 +17,8 @@ from models.translate.tasks import TASKS
 
 from .test_cli_errors import assert_one_line_error, run
 
-TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--heads", "2", "--layers", "1",
+TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "8", "--n-train", "60", "--n-held-out", "10", "--batch-size", "8"]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,7 +147,7 @@ def test_n_train_1_trains(capsys, tmp_path):
 def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, tmp_path, trained, name, words):
     pytest.importorskip("matplotlib")
     target = tmp_path / name if name else tmp_path
-    code, out, err = run(capsys, "translate", "--checkpoint", str(trained), "abc", "--attention", str(target))
+    code, out, err = run(capsys, "translate", "--run", str(trained), "abc", "--attention", str(target))
     assert_one_line_error(code, err, *words)
     assert out == ""
 
