@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import tinygrad_tx as tx  # noqa: E402
 import tinygrad_tx.functional as F  # noqa: E402
 from models import Transformer, beam_search, greedy_decode  # noqa: E402
-from tinygrad_tx import optim  # noqa: E402
+from tinygrad_tx import optim, schedules  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB, LENGTH = 16, 8  # symbols are 3 .. 15
@@ -42,7 +42,7 @@ def train(steps: int = 300, batch_size: int = 64, seed: int = 0, log_every: int 
     optimizer = optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
     # warm-up, then a cosine decay to 0: the paper's 1/√step decay keeps the rate high enough
     # here for late loss spikes, and the final model then copies only 87-100% of sources, depending on the seed
-    schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps)
+    schedule = schedules.WarmupCosine(optimizer, warmup=50, total_steps=steps)
     model.train()
     for step in range(1, steps + 1):
         src, tgt_in, tgt_out = make_batch(rng, batch_size)

@@ -31,7 +31,7 @@ from models import GPT
 from models.text import grammar
 from models.text.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, Vocab
 from models.text.grammar_lm import GrammarLM
-from tinygrad_tx import Tensor, optim
+from tinygrad_tx import Tensor, optim, schedules
 from tinygrad_tx.inspect import attention_maps
 
 args = options("A GPT learns the grammar's English to its entropy floor.", "lesson_002_out")
@@ -146,7 +146,7 @@ print(f"seed 002's formula vs MultiHeadAttention(causal=True): max difference {g
 # %%
 steps, batch_size = (300, 64) if args.quick else (5000, 128)
 optimizer = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps)
+schedule = schedules.WarmupCosine(optimizer, warmup=50, total_steps=steps)
 train_rng, curve = random.Random(1), []
 model.train()
 for step in range(1, steps + 1):

@@ -32,7 +32,7 @@ from models.masks import padding_mask
 from models.text import grammar
 from models.text.data import PAD_ID, Vocab, pad
 from models.text.grammar_lm import GrammarLM
-from tinygrad_tx import Tensor, optim
+from tinygrad_tx import Tensor, optim, schedules
 from tinygrad_tx.inspect import attention_maps
 
 args = options("An encoder classifier tells correct French from broken agreement.", "lesson_003_out")
@@ -201,7 +201,7 @@ train_ids = [vocab.encode(w) for w in train_words]
 test_ids = [vocab.encode(w) for w in test_words]
 steps, pairs_per_batch = (250, 32) if args.quick else (1200, 32)
 optimizer = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps)
+schedule = schedules.WarmupCosine(optimizer, warmup=50, total_steps=steps)
 order_rng, losses = np.random.default_rng(0), []
 model.train()
 for step in range(1, steps + 1):

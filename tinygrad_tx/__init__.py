@@ -12,10 +12,10 @@ from .serialization import load, save
 from .functional import cat, stack
 from .tensor import Tensor, grad, where
 from .threads import get_num_threads, set_num_threads
-from . import functional, inspect, nn, optim
+from . import functional, inspect, nn, optim, schedules
 
 __all__ = ["Tensor", "REGISTRY", "no_grad", "enable_grad", "is_grad_enabled", "grad", "DeviceError",
            "default_device", "get_backend", "manual_seed", "set_device", "zeros", "ones", "randn",
            "arange", "cat", "stack", "where", "gradcheck", "gradgradcheck", "GradcheckError", "functional", "nn",
-           "optim", "inspect", "save", "load", "jit", "JitError", "backward_plan", "BackwardPlan",
+           "optim", "schedules", "inspect", "save", "load", "jit", "JitError", "backward_plan", "BackwardPlan",
            "set_num_threads", "get_num_threads"]

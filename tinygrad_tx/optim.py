@@ -1,5 +1,5 @@
-"""Optimizers (SGD, Adam, AdamW) and gradient clipping; learning-rate schedules live in
-`schedules.py` and are exported from here.
+"""Optimizers (SGD, Adam, AdamW) and gradient clipping; learning-rate schedules are
+`tinygrad_tx.schedules`.
 
 An optimizer holds a list of parameters and, for each, a little state (Adam's two
 running averages). `step()` reads every parameter's `.grad` and changes its `.data`:
@@ -29,11 +29,9 @@ import numpy as np
 
 from .observers import replayable
 from .backend import backend_of
-from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
 from .tensor import Tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm",
-           "LRSchedule", "LambdaLR", "NoamSchedule", "WarmupCosine"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm"]
 
 
 class Optimizer:

@@ -5,7 +5,7 @@ schedule sets the rate for step 1; call `schedule.step()` AFTER each
 `optimizer.step()` to set the rate for the next one:
 
     optimizer = optim.Adam(model.parameters(), lr=1.0)
-    schedule = optim.NoamSchedule(optimizer, d_model=512, warmup=4000)
+    schedule = schedules.NoamSchedule(optimizer, d_model=512, warmup=4000)
     for batch in batches:
         loss = model_loss(batch)
         optimizer.zero_grad()

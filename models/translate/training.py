@@ -32,7 +32,7 @@ import numpy as np
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 import tinygrad_tx.functional as F
-from tinygrad_tx import optim
+from tinygrad_tx import optim, schedules
 
 from .averaging import Average, snapshot_steps
 from ..text.data import PAD_ID
@@ -67,7 +67,7 @@ class Trainer:
         self.model = dist.DataParallel(Transformer(**config).to(settings.device))
         self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
         warmup = min(settings.warmup, settings.steps // 4)  # short runs still get to decay
-        self.schedule = optim.WarmupCosine(self.optimizer, warmup, settings.steps, lr_min=0.05 * self.optimizer.lr)
+        self.schedule = schedules.WarmupCosine(self.optimizer, warmup, settings.steps, lr_min=0.05 * self.optimizer.lr)
         self.step, self.best = 0, -1.0
         self.average = Average(snapshot_steps(settings.steps, settings.eval_every, settings.average))
         self.lock = None

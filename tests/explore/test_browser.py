@@ -445,7 +445,7 @@ def wait_for(condition, process, timeout: float = 120) -> None:
 
 
 def assert_translates_as_the_cli(page, run: Path, sentence: str = "abcdefgh") -> None:
-    cli = run_cli("translate", "--checkpoint", str(run), "--beam", "4", sentence)
+    cli = run_cli("translate", "--run", str(run), "--beam", "4", sentence)
     assert cli.returncode == 0, cli.stderr
     page.click("#tab-translate")
     page.fill("#sentence", sentence)

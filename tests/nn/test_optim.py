@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tinygrad_tx as tx
-from tinygrad_tx import Tensor, nn, optim
+from tinygrad_tx import Tensor, nn, optim, schedules
 
 pytestmark = pytest.mark.usefixtures("on_each_device")
 
@@ -137,7 +137,7 @@ def test_trajectory_matches_torch(torch, name, kwargs):
 def test_trajectory_with_schedule_matches_torch(torch):
     """A schedule changes `optimizer.lr`, and the next step uses it: here the rate for step s
     is also handed to torch, so a schedule applied at the wrong step would show."""
-    schedule = lambda opt: optim.WarmupCosine(opt, warmup=5, total_steps=30, lr_min=1e-3)
+    schedule = lambda opt: schedules.WarmupCosine(opt, warmup=5, total_steps=30, lr_min=1e-3)
     ours, theirs = run_both(torch, "Adam", dict(lr=3e-2), steps=30, schedule=schedule)
     assert max_relative_difference(ours, theirs) < 1e-5
 
@@ -292,7 +292,7 @@ def test_noam_schedule_matches_the_formula():
     d_model, warmup, factor = 512, 400, 2.0
     formula = lambda s: factor * d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5)
     opt = sgd()
-    sched = optim.NoamSchedule(opt, d_model=d_model, warmup=warmup, factor=factor)
+    sched = schedules.NoamSchedule(opt, d_model=d_model, warmup=warmup, factor=factor)
     assert opt.lr == pytest.approx(formula(1))  # set for the first step at once
     for s in (1, warmup, 10 * warmup):
         assert sched.lr_at(s) == pytest.approx(formula(s), rel=1e-12)
@@ -307,28 +307,28 @@ def test_noam_schedule_matches_the_formula():
 
 def test_warmup_cosine_at_its_corners():
     opt = sgd(lr=1e-3)  # the peak: the optimizer's rate, given once
-    sched = optim.WarmupCosine(opt, warmup=10, total_steps=110, lr_min=1e-5)
+    sched = schedules.WarmupCosine(opt, warmup=10, total_steps=110, lr_min=1e-5)
     assert opt.lr == pytest.approx(1e-4)  # step 1: lr_max / warmup, not 0 (a wasted step)
     assert sched.lr_at(10) == pytest.approx(1e-3)  # end of warm-up
     assert sched.lr_at(60) == pytest.approx(1e-5 + 0.5 * (1e-3 - 1e-5))  # half-way down the cosine
     assert sched.lr_at(110) == pytest.approx(1e-5) and sched.lr_at(500) == pytest.approx(1e-5)
-    no_warmup = optim.WarmupCosine(sgd(lr=1.0), warmup=0, total_steps=10)
+    no_warmup = schedules.WarmupCosine(sgd(lr=1.0), warmup=0, total_steps=10)
     assert no_warmup.lr_at(10) == pytest.approx(0.0, abs=1e-12) and no_warmup.lr_at(1) < 1.0
     with pytest.raises(ValueError):
-        optim.WarmupCosine(sgd(lr=1.0), warmup=10, total_steps=10)
+        schedules.WarmupCosine(sgd(lr=1.0), warmup=10, total_steps=10)
 
 
 def test_lambda_lr_scales_the_initial_rate():
     opt = optim.SGD([param([0.0])], lr=0.5)
-    sched = optim.LambdaLR(opt, lambda s: 1 / s)
+    sched = schedules.LambdaLR(opt, lambda s: 1 / s)
     assert opt.lr == 0.5
     sched.step()
     assert opt.lr == 0.25 and sched.get_lr() == 0.25
 
 
-@pytest.mark.parametrize("make", [lambda o: optim.NoamSchedule(o, 64, warmup=4),
-                                  lambda o: optim.WarmupCosine(o, 3, 20, lr_min=0.1),
-                                  lambda o: optim.LambdaLR(o, lambda s: 0.9 ** s)],
+@pytest.mark.parametrize("make", [lambda o: schedules.NoamSchedule(o, 64, warmup=4),
+                                  lambda o: schedules.WarmupCosine(o, 3, 20, lr_min=0.1),
+                                  lambda o: schedules.LambdaLR(o, lambda s: 0.9 ** s)],
                          ids=["noam", "cosine", "lambda"])
 def test_schedule_state_dict_resumes_exactly(tmp_path, make):
     opt = optim.SGD([param([0.0])], lr=1.0)
