@@ -29,6 +29,7 @@ class LogLines:
         self.total, self.initial, self.n, self.enabled = total, initial, initial, enabled
         self.every = max(1, total // 10)
         self.postfix: dict[str, str] = {}
+        self.postfix_at = initial  # the step the postfix's values were measured at
         self.started = self.last = time.perf_counter()
 
     def __enter__(self) -> LogLines:
@@ -39,6 +40,7 @@ class LogLines:
 
     def set_postfix(self, **values) -> None:
         self.postfix = {name: str(value) for name, value in values.items()}
+        self.postfix_at = self.n
 
     def write(self, text: str) -> None:
         if self.enabled:
@@ -55,6 +57,8 @@ class LogLines:
         done = self.n - self.initial
         left = elapsed / done * (self.total - self.n) if done else 0.0
         values = ", ".join(f"{name} {value}" for name, value in self.postfix.items())
+        if values and self.postfix_at != self.n:  # logged every --log-every steps: say when
+            values += f" (at step {self.postfix_at})"
         return (f"step {self.n}/{self.total} ({100 * self.n / self.total:.0f}%)" + (f": {values}" if values else "")
                 + f"; {clock(elapsed)} so far, about {clock(left)} to go")
 
