@@ -13,11 +13,7 @@ import pytest
 
 
 HERE = Path(__file__).parent
-
-
 REPO = HERE.parents[1]
-
-
 RANKS = 2
 
 

@@ -15,8 +15,6 @@ from tinygrad_tx import Tensor
 
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
-
-
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
 

@@ -215,11 +215,7 @@ class Holder:
 
 
 PARAMS = {"w": vec(0.0)}
-
-
 HOLDER = Holder(vec(0.0))
-
-
 CONFIG = Batch(vec(0.0))
 
 

@@ -100,7 +100,6 @@ KEEP = np.array([[True, True, False, False],
                  [False, False, False, False],  # a query that may attend to nothing
                  [True, True, True, True]])
 
-
 CASES: dict[str, dict[str, Case]] = {
     "Add": {
         "same": Case(lambda a, b: a + b, lambda d: [d.n(3, 4), d.n(3, 4)]),
@@ -353,8 +352,6 @@ def nodes_in_graph(out) -> list:
 
 
 ALL = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items() for name in cases]
-
-
 SECOND = [pytest.param(op, name, id=f"{op}-{name}") for op, cases in CASES.items()
           for name, case in cases.items() if case.twice]
 
