@@ -54,7 +54,7 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    (`functional.py`) that checks arguments, lifts numbers with `x._pair`, and calls
    `YourOp.apply(*tensors, **params)`.
 
-6. **Test it** (the suite fails until you do). In `tests/engine/test_gradcheck_ops.py`
+6. **Test it** (the suite fails until you do). In `tests/ops/test_gradients.py`
    add `"YourOp": {"basic": Case(lambda x: x.your_op(), lambda d: [d.n(3, 4)])}` to
    `CASES` (`d.n`, `d.pos`, `d.away`, `d.distinct` draw float64 inputs; each float
    array becomes a Tensor that requires grad; the case must really run your op),
@@ -62,7 +62,7 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    a second-order check (`twice=False` skips it for a case where finite differences cannot
    see the second derivative, such as a tie of max), a check that the create_graph
    gradient equals the fast one, and checks that forward stored nothing undeclared. Where PyTorch
-   has the op, add a row to `tests/engine/test_torch_parity.py` (`UNARY`, `ARITH`,
+   has the op, add a row to `tests/ops/test_torch_parity.py` (`UNARY`, `ARITH`,
    ... or a test calling `compare(torch, device, dtype, ours, theirs, *arrays)`).
 
 What the engine does with it

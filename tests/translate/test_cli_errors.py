@@ -308,3 +308,18 @@ def test_a_checkpoint_of_an_unknown_model_is_one_line(capsys, copy_of):
     tx.save({**state, "model": "Klingon"}, run_dir / "best.npz")
     code, _, err = run(capsys, "evaluate", "--run", str(run_dir))
     assert_one_line_error(code, err, "best.npz", "Klingon")
+
+
+# -- issue 22 [14]: translate --attention checks its argument before it translates ---------------
+
+@pytest.mark.parametrize("name, words", [("attention.xyz", ["attention.xyz", ".png"]),
+                                         ("picture", ["picture", ".png"]),
+                                         ("", ["is a directory"])])
+def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, tmp_path, trained, name, words):
+    """Issue 22, item 14: `translate --attention FILE` printed the translation, then failed with
+    exit 2; the picture's name is checked first."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / name if name else tmp_path
+    code, out, err = run(capsys, "translate", "--run", str(trained), "abc", "--attention", str(target))
+    assert_one_line_error(code, err, *words)
+    assert out == ""

@@ -18,7 +18,7 @@ import pytest
 from tinygrad_tx.inspect.explorer import Explorer
 from tinygrad_tx.inspect.explorer.access import host_header
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = ["--steps", "300", "--eval-every", "100", "--d-model", "32", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "64", "--n-train", "2000", "--batch-size", "32", "--lr", "3e-3", "--log-every", "10"]

@@ -1,17 +1,104 @@
-"""Issue 22, item 10: the ranks of `mpiexec ... python -m models train` must agree on the corpus,
-the settings and the vocabularies, or every rank stops with one line (rank 0's), exit status 2,
-no MPI abort, and nothing written. Issue 32, item 11: they agree before the first collective
-that depends on it (a rank told --resume alone read last.npz, and both hung ten minutes): the
-jobs here get a 30 s collective deadline, and none may reach it. Each rank is given its own
-arguments or working directory with mpiexec's `A : B` form."""
+"""Training on several ranks (`mpiexec -n 2 python -m models train`, models/translate/ranks.py):
+two ranks train as one process does and resume with either, Ctrl-C stops every rank at one
+step, and the ranks agree on everything or all stop with one line.
+
+Issue 22, item 10: the ranks must agree on the corpus, the settings and the vocabularies, or
+every rank stops with one line (rank 0's), exit status 2, no MPI abort, and nothing written.
+Issue 32, item 11: they agree before the first collective that depends on it (a rank told
+--resume alone read last.npz, and both hung ten minutes): the jobs here get a 30 s collective
+deadline, and none may reach it. Each rank is given its own arguments or working directory
+with mpiexec's `A : B` form."""
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from .test_distributed import MPIEXEC, REPO, needs_mpi
+import numpy as np
+
+import tinygrad_tx as tx
+
+from ..distributed.helpers import MPIEXEC, RANKS, REPO, mpiexec, needs_mpi
+
+
+# -- two ranks train as one process does -------------------------------------------------------
+
+TINY = ["--task", "reverse", "--batch-size", "8", "--d-model", "16", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1",
+        "--d-ff", "32", "--n-train", "17", "--eval-every", "100"]  # 17 pairs: batches of 8, 8 and 1
+
+
+def train(ranks: int, *args: str) -> None:
+    command = ["-m", "models", "train", *TINY, *args]
+    if ranks == 1:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=REPO, env=env,
+                              timeout=120)
+    else:
+        done = mpiexec(*command)
+        assert done.stdout.count("training on") == 1 and "2 processes" in done.stdout  # rank 0 alone prints
+    assert done.returncode == 0, done.stderr
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    """Equal to float32 rounding, except the attention key biases: their true gradient is zero
+    (softmax ignores a constant added to every score), so Adam turns rounding noise into
+    full-size steps and they differ between any two summation orders."""
+    a, b = tx.load(a / "last.npz"), tx.load(b / "last.npz")
+    assert a.keys() == b.keys() and int(a["step"]) == int(b["step"])
+    for name in a["weights"]:
+        if not name.endswith("w_k.bias"):
+            np.testing.assert_allclose(b["weights"][name], a["weights"][name], rtol=1e-4, atol=2e-6, err_msg=name)
+
+
+@needs_mpi
+def test_training_on_two_ranks_matches_one_process_and_resumes_with_either(tmp_path):
+    """Three steps reach the short last batch (1 pair: one rank gets none). A run trained by
+    2 ranks and resumed by 1, and one trained by 1 and resumed by 2, both end where a run
+    trained and resumed by one process ends."""
+    one, two, mixed = tmp_path / "one", tmp_path / "two", tmp_path / "mixed"
+    train(1, "--steps", "3", "--out", str(one))
+    shutil.copytree(one, mixed)
+    train(2, "--steps", "3", "--out", str(two))
+    assert_same_weights(one, two)
+
+    train(1, "--resume", "--steps", "6", "--out", str(one))
+    train(1, "--resume", "--steps", "6", "--out", str(two))
+    train(2, "--resume", "--steps", "6", "--out", str(mixed))
+    assert_same_weights(one, two)
+    assert_same_weights(one, mixed)
+
+
+@needs_mpi
+def test_ctrl_c_on_mpiexec_stops_every_rank_at_one_step_and_saves(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    args = [MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "models", "train", *TINY, "--steps", "100000",
+            "--out", str(out)]
+    process = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():  # 10 steps done
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal does: mpiexec passes it on
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stdout.count("interrupted at step") == 1  # rank 0 alone says so
+    step = int(tx.load(out / "last.npz")["step"])
+    assert f"interrupted at step {step}:" in stdout and step >= 10
+
+
+@needs_mpi
+def test_a_user_error_on_two_ranks_exits_2(tmp_path):
+    done = mpiexec("-m", "models", "train", "--task", "nonsense", "--out", str(tmp_path / "x"), timeout=60)
+    assert done.returncode == 2 and "error: unknown task" in done.stderr, done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# -- the ranks agree, or all stop with one line ---------------------------------------------------
 
 TRAIN = ["-m", "models", "train", "--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
          "--num-encoder-layers", "1", "--num-decoder-layers", "1", "--d-ff", "8", "--batch-size", "8"]

@@ -6,10 +6,11 @@ graph it builds is searched for it). `tx.gradcheck` backpropagates a random
 upstream gradient (never a plain sum) in float64; the tolerances here are tight.
 Every op is also checked to second order (`tx.gradgradcheck`): the fused ops build their
 gradient from differentiable ops under create_graph, so it can be differentiated again.
+Each op's docstring is checked in test_docstrings.py, gradcheck itself in
+tests/engine/test_gradcheck.py.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,7 +22,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import Tensor
 from tinygrad_tx.ops import AttentionWeights, Erf, ScatterAdd
 
-TIGHT = dict(atol=1e-7, rtol=1e-6)
+from ..helpers import TIGHT
 
 
 class Draw:
@@ -371,42 +372,6 @@ def test_every_op_is_differentiable_twice_and_checked_so():
     assert not unchecked, f"ops with no second-order case: {unchecked}"
 
 
-def missing_math(cls: type) -> list[str]:
-    """What the op's own docstring lacks of its math: a clause `y = ...` (the forward) and a clause
-    `d<input> = ...` for each input of backward (`dxs[i] = ...` for any number of inputs `*xs`), a
-    clause being a line or a part of one between semicolons. The explorer shows this text."""
-    doc = cls.__dict__.get("__doc__")  # its own, not the base class's
-    if not doc:
-        return ["a docstring of its own"]
-    clauses = [c.strip() for line in doc.splitlines() for c in line.split(";")]
-    inputs = list(inspect.signature(cls.backward).parameters.values())[2:]  # after self and the upstream gradient
-    wanted = ["y = "] + [f"d{p.name}[i] = " if p.kind is p.VAR_POSITIONAL else f"d{p.name} = " for p in inputs]
-    return [w.strip() for w in wanted if not any(c.startswith(w) for c in clauses)]
-
-
-@pytest.mark.parametrize("op", sorted(tx.REGISTRY))
-def test_every_op_states_its_forward_and_each_gradient(op):
-    """Issue 30, item 3: 15 ops had no docstring of their own, and the explorer showed the base
-    class's words beside their nodes."""
-    missing = missing_math(tx.REGISTRY[op])
-    assert not missing, f"{op}'s docstring lacks {missing}"
-
-
-def test_the_docstring_check_catches_what_is_missing():
-    from tinygrad_tx.function import Function
-
-    class Silent(Function, register=False):
-        def backward(self, g, x, w):
-            return g, g
-
-    class HalfSaid(Silent, register=False):
-        """y = x·w;  dx = g·w"""
-
-    assert missing_math(Silent) == ["a docstring of its own"]
-    assert missing_math(HalfSaid) == ["dw ="]
-    assert missing_math(tx.REGISTRY["Cat"]) == []  # `dxs[i] = ...` for its inputs *xs
-
-
 ENGINE_STATE = {"backend", "xp", "inputs", "arrays", "needs_grad", "seq"}  # what `Function.apply` records
 
 
@@ -499,48 +464,6 @@ def test_transposed_inputs_really_are_non_contiguous():
     assert not x.data.flags["C_CONTIGUOUS"]
 
 
-def test_gradcheck_catches_a_wrong_gradient(device):
-    """The checker itself must fail on a wrong softmax backward that is right for a constant g."""
-    from tinygrad_tx.function import OnceDifferentiable
-
-    class DiagonalSoftmax(OnceDifferentiable, register=False):
-        def forward(self, x):
-            e = self.xp.exp(x - x.max(axis=-1, keepdims=True))
-            self.y = e / e.sum(axis=-1, keepdims=True)
-            return self.y
-
-        def backward(self, g, x):
-            return (self.y * (g - g.mean(axis=-1, keepdims=True)),)  # mean(g) where Σ g·y belongs
-
-    x = Tensor(np.random.default_rng(0).standard_normal((2, 4)), requires_grad=True, device=device)
-    # a plain sum hides the mistake (Σ softmax is constant), the random upstream gradient does not
-    assert tx.gradcheck(lambda x: DiagonalSoftmax.apply(x).sum(), [x])
-    with pytest.raises(tx.GradcheckError, match="input 0 of shape \\(2, 4\\), element"):
-        tx.gradcheck(lambda x: DiagonalSoftmax.apply(x), [x])
-
-
-def test_gradcheck_of_a_large_input_probes_random_directions(device):
-    """Past `max_elements` the check compares directional derivatives; they must still catch a bug."""
-    from tinygrad_tx.function import Function
-
-    class Square(Function, register=False):
-        slope = 2.0
-
-        def forward(self, x):
-            return x * x
-
-        def backward(self, g, x):
-            return (g * x * self.slope,)
-
-    class SlightlyWrongSquare(Square, register=False):
-        slope = 2.02
-
-    x = Tensor(np.random.default_rng(0).standard_normal((20, 15)), requires_grad=True, device=device)
-    assert tx.gradcheck(Square.apply, [x], **TIGHT)
-    with pytest.raises(tx.GradcheckError, match="random direction"):
-        tx.gradcheck(SlightlyWrongSquare.apply, [x], **TIGHT)
-
-
 def test_dropout_reseeded_draws_the_same_mask(device):
     x = Tensor(np.ones((6, 7)), device=device)
     fn = seeded_dropout(0.5)
@@ -565,27 +488,3 @@ def test_cast_gradient_by_hand(device):
     z.sum().backward()
     assert w.grad.dtype == np.float64
     np.testing.assert_array_equal(w.grad.numpy(), [0.5, 0.25])
-
-
-def test_gradcheck_warns_and_upcasts_float32(device):
-    x = Tensor(np.array([0.3, -1.2], dtype=np.float32), requires_grad=True, device=device)
-    with pytest.warns(UserWarning, match="float64"):
-        assert tx.gradcheck(lambda x: x.tanh(), [x], **TIGHT)
-
-
-def test_create_graph_through_a_once_differentiable_op_raises(device):
-    """An op whose backward works on raw arrays only (tx.jit's whole-replay node is one) is refused
-    under create_graph with its name, before any gradient moves."""
-    from tinygrad_tx.function import OnceDifferentiable
-
-    class RawSquare(OnceDifferentiable, register=False):
-        def forward(self, x):
-            return x * x
-
-        def backward(self, g, x):
-            return (2 * g * x,)
-
-    x = Tensor(np.random.default_rng(0).standard_normal((2, 3)), requires_grad=True, device=device)
-    with pytest.raises(RuntimeError, match="RawSquare is once-differentiable"):
-        (RawSquare.apply(x) * x).sum().backward(create_graph=True)
-    assert x.grad is None

@@ -5,7 +5,7 @@ Each property runs an op forward on both sides, then backward with the same rand
 gradient, and compares the outputs and every input's gradient. Indexing is compared with
 NumPy instead (PyTorch has no negative steps): its gradient must be `np.add.at` of the upstream
 gradient, the scatter-add that defines it. CI runs the "ci" profile of tests/conftest.py
-(few examples, fixed seed); `pytest --hypothesis-profile large tests/engine/test_property_parity.py`
+(few examples, fixed seed); `pytest --hypothesis-profile large tests/ops/test_property_parity.py`
 searches much longer.
 """
 from __future__ import annotations

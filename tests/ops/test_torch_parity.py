@@ -535,6 +535,8 @@ ZERO_SIZE = zero_size_cases()
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the mean of nothing: NumPy notes its 0/0
 @pytest.mark.parametrize("case", ZERO_SIZE)
 def test_a_zero_size_axis_gives_empty_results_and_gradients(torch, device, dtype, case):
+    """Issue 32, item 12: softmax, log_softmax and layer_norm on a (2, 0) input, and attention with
+    T=0, raised; they give empty results and empty gradients, as PyTorch."""
     ours, theirs, arrays = ZERO_SIZE[case]
     compare(torch, device, dtype, ours, functools.partial(theirs, torch), *arrays)
     xs = [Tensor(a.astype(dtype) if a.dtype.kind == "f" else a, device=device, requires_grad=a.dtype.kind == "f")

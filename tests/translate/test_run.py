@@ -1,6 +1,7 @@
-"""Issue 22, items 9 and 14: one `train` per run directory (a killed one never blocks the next),
-temporaries a killed save left behind are cleaned up, CR-only corpora, tiny --n-train, and
-`translate --attention` checking its argument before translating."""
+"""The run directory (models/translate/run.py): one `train` per directory at a time (a killed
+one never blocks the next), temporaries a killed save left behind are cleaned up on the next
+start, and run.json is checked against the checkpoint before a model is built. A run killed
+or damaged at random is in test_kill_and_damage.py."""
 import os
 import signal
 import subprocess
@@ -11,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from models.translate import cli
-from models.translate.corpus import read_corpus
 from models.translate.run import LOCK, claim
-from models.translate.tasks import TASKS
 
 from .test_cli_errors import assert_one_line_error, run
+
 
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
@@ -34,7 +34,7 @@ def trained(tmp_path_factory) -> Path:
     return out
 
 
-# -- [9] two `train` runs into one --out ------------------------------------------------------
+# -- one `train` per run directory (issue 22, item 9) ----------------------------------------
 
 def hold_lock(directory: Path) -> subprocess.Popen:
     """Another process that holds the run directory as a running `train` does."""
@@ -49,6 +49,9 @@ def hold_lock(directory: Path) -> subprocess.Popen:
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_second_train_into_a_busy_directory_refuses_at_once_and_writes_nothing(capsys, tmp_path, trained,
                                                                                resume):
+    """Issue 22, item 9: two `train` runs into one --out at once both exited 0, interleaved
+    metrics.jsonl, overwrote each other's checkpoints and reported each other's test scores. The
+    second refuses at once, before writing anything."""
     import shutil
 
     out = tmp_path / "run"
@@ -69,7 +72,7 @@ def test_a_second_train_into_a_busy_directory_refuses_at_once_and_writes_nothing
 
 
 def test_a_killed_runs_lock_never_blocks_the_next_run(capsys, tmp_path):
-    """kill -9 ends the holder: the kernel drops its flock, so the next train goes ahead."""
+    """Issue 22, item 9: kill -9 ends the holder: the kernel drops its flock, so the next train goes ahead."""
     out = tmp_path / "run"
     other = hold_lock(out)
     os.kill(other.pid, signal.SIGKILL)
@@ -83,6 +86,7 @@ def test_a_killed_runs_lock_never_blocks_the_next_run(capsys, tmp_path):
 
 
 def test_one_process_cannot_take_a_directory_twice(tmp_path):
+    """Issue 22, item 9, within one process: the claim on a directory is held until closed."""
     lock = claim(tmp_path / "run")
     try:
         with pytest.raises(RuntimeError, match="another `train`"):
@@ -92,10 +96,11 @@ def test_one_process_cannot_take_a_directory_twice(tmp_path):
     claim(tmp_path / "run").close()  # free again once closed
 
 
-# -- [14] stale temporaries of a killed save --------------------------------------------------
+# -- temporaries a killed save left behind (issue 22, item 14) ---------------------------------
 
 @pytest.mark.parametrize("resume", [False, True])
 def test_temporaries_a_killed_save_left_are_deleted_on_the_next_start(capsys, tmp_path, trained, resume):
+    """Issue 22, item 14: after kill -9 during a save, 50-64 MB *.tmp files stayed behind for ever."""
     import shutil
 
     out = tmp_path / "run"
@@ -113,48 +118,11 @@ def test_temporaries_a_killed_save_left_are_deleted_on_the_next_start(capsys, tm
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
-# -- [14] CR-only line endings -----------------------------------------------------------------
-
-def test_a_corpus_with_cr_endings_is_read_line_by_line(tmp_path):
-    pairs = [("Run!", "Cours !"), ("Who?", "Qui ?"), ("Wow!", "Ça alors !")]
-    for ending in ("\r", "\r\n", "\n"):
-        path = tmp_path / "pairs.tsv"
-        path.write_bytes("".join(f"{s}\t{t}\tCC-BY{ending}" for s, t in pairs).encode())
-        corpus = read_corpus(path)
-        assert corpus.pairs == pairs and corpus.columns == 3, ending
-
-
-# -- [14] --n-train 1 --------------------------------------------------------------------------
-
-@pytest.mark.parametrize("name", list(TASKS))
-def test_a_task_holds_out_as_many_as_asked_whatever_n_train(name):
-    splits = TASKS[name].make_splits(0, 1, 500, 500)
-    assert [len(splits[s]) for s in ("train", "valid", "test")] == [1, 500, 500]
-    held_out = {s for s, _ in splits["valid"] + splits["test"]}
-    assert len(held_out) == 1000 and splits["train"][0][0] not in held_out
-
-
-def test_n_train_1_trains(capsys, tmp_path):
-    code, _, err = run(capsys, "train", "--task", "reverse", "--out", str(tmp_path / "r"), *TINY, "--n-train", "1")
-    assert code == 0, err
-
-
-# -- [14] translate --attention checks its argument before it translates -------------------------
-
-@pytest.mark.parametrize("name, words", [("attention.xyz", ["attention.xyz", ".png"]),
-                                         ("picture", ["picture", ".png"]),
-                                         ("", ["is a directory"])])
-def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, tmp_path, trained, name, words):
-    pytest.importorskip("matplotlib")
-    target = tmp_path / name if name else tmp_path
-    code, out, err = run(capsys, "translate", "--run", str(trained), "abc", "--attention", str(target))
-    assert_one_line_error(code, err, *words)
-    assert out == ""
-
-
-# -- [13] a run directory from elsewhere: run.json asking for a model its checkpoint does not hold --
+# -- a run directory from elsewhere: run.json asking for a model its checkpoint does not hold ----
 
 def test_resume_checks_run_json_against_the_checkpoint_before_building(capsys, tmp_path, trained, monkeypatch):
+    """Issue 22, item 13, on resume: a run.json whose settings asked for d_model 65536 built the
+    model (16 GiB) before any weight shape was checked."""
     import json
     import shutil
 

@@ -1,5 +1,6 @@
-"""Optimizers, schedules and gradient clipping: hand-computed steps, trajectories against
-torch.optim, the step counter, state dicts, and the in-place / dtype / version contract."""
+"""Optimizers and gradient clipping (optim.py): hand-computed steps, trajectories against
+torch.optim, the step counter, state dicts, and the in-place / dtype / version contract.
+What they refuse up front is in test_optim_refusals.py, the schedules in test_schedules.py."""
 import math
 
 import numpy as np
@@ -8,18 +9,18 @@ import pytest
 import tinygrad_tx as tx
 from tinygrad_tx import Tensor, nn, optim, schedules
 
+from ..helpers import param
+
+
 pytestmark = pytest.mark.usefixtures("on_each_device")
-
-
-def param(values, dtype=np.float64):
-    return Tensor(np.array(values, dtype=dtype), requires_grad=True)
 
 
 def set_grad(p, values):
     p.grad = Tensor(np.broadcast_to(np.asarray(values, dtype=p.dtype), p.shape).copy())
 
 
-# -- Adam by hand -----------------------------------------------------------------------
+# -- Adam by hand ----------------------------------------------------------------------------------
+
 # One scalar parameter p0 = 1, gradients 0.5, -1, 2; lr = 0.1, β1 = 0.9, β2 = 0.999, eps = 1e-8.
 #   t=1: m = 0.1·0.5             = 0.05        v = 0.001·0.25               = 0.00025
 #        m̂ = 0.05 / (1 - 0.9)    = 0.5         v̂ = 0.00025 / (1 - 0.999)    = 0.25
@@ -70,7 +71,8 @@ def test_step_counter_advances_once_per_step_for_all_params():
     assert idle.numpy()[0] == 5.0 and 2 not in opt.state
 
 
-# -- trajectories against torch.optim ------------------------------------------------------
+# -- trajectories against torch.optim --------------------------------------------------------------
+
 CONFIGS = [
     ("Adam", dict(lr=1e-2)),
     ("Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
@@ -142,7 +144,8 @@ def test_trajectory_with_schedule_matches_torch(torch):
     assert max_relative_difference(ours, theirs) < 1e-5
 
 
-# -- the contract of step() ------------------------------------------------------------------
+# -- the contract of step() ------------------------------------------------------------------------
+
 @pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1),
                                   lambda ps: optim.Adam(ps, weight_decay=0.1), lambda ps: optim.AdamW(ps)],
                          ids=["SGD", "Adam", "AdamW"])
@@ -224,7 +227,8 @@ def test_bad_params_are_refused_clearly():
         optim.SGD([param([1.0])], lr=0.1, nesterov=True)
 
 
-# -- state dicts ------------------------------------------------------------------------------
+# -- state dicts -----------------------------------------------------------------------------------
+
 def train_steps(model, opt, steps, seed):
     rng = np.random.default_rng(seed)
     for _ in range(steps):
@@ -283,76 +287,8 @@ def test_load_state_dict_errors_and_changes_nothing():
         optim.SGD([param([0.0, 0.0]), param([0.0])], lr=0.1).load_state_dict(good)
 
 
-# -- schedules ----------------------------------------------------------------------------------
-def sgd(lr=0.0):
-    return optim.SGD([param([0.0])], lr=lr)
-
-
-def test_noam_schedule_matches_the_formula():
-    d_model, warmup, factor = 512, 400, 2.0
-    formula = lambda s: factor * d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5)
-    opt = sgd()
-    sched = schedules.NoamSchedule(opt, d_model=d_model, warmup=warmup, factor=factor)
-    assert opt.lr == pytest.approx(formula(1))  # set for the first step at once
-    for s in (1, warmup, 10 * warmup):
-        assert sched.lr_at(s) == pytest.approx(formula(s), rel=1e-12)
-    assert sched.lr_at(warmup) == pytest.approx(factor * (d_model * warmup) ** -0.5)  # the peak
-    lrs = []
-    for _ in range(10 * warmup):
-        lrs.append(opt.lr)
-        sched.step()
-    assert lrs[0] == formula(1) and lrs[warmup - 1] == formula(warmup) and lrs[-1] == formula(10 * warmup)
-    assert max(lrs) == lrs[warmup - 1]
-
-
-def test_warmup_cosine_at_its_corners():
-    opt = sgd(lr=1e-3)  # the peak: the optimizer's rate, given once
-    sched = schedules.WarmupCosine(opt, warmup=10, total_steps=110, lr_min=1e-5)
-    assert opt.lr == pytest.approx(1e-4)  # step 1: lr_max / warmup, not 0 (a wasted step)
-    assert sched.lr_at(10) == pytest.approx(1e-3)  # end of warm-up
-    assert sched.lr_at(60) == pytest.approx(1e-5 + 0.5 * (1e-3 - 1e-5))  # half-way down the cosine
-    assert sched.lr_at(110) == pytest.approx(1e-5) and sched.lr_at(500) == pytest.approx(1e-5)
-    no_warmup = schedules.WarmupCosine(sgd(lr=1.0), warmup=0, total_steps=10)
-    assert no_warmup.lr_at(10) == pytest.approx(0.0, abs=1e-12) and no_warmup.lr_at(1) < 1.0
-    with pytest.raises(ValueError):
-        schedules.WarmupCosine(sgd(lr=1.0), warmup=10, total_steps=10)
-
-
-def test_lambda_lr_scales_the_initial_rate():
-    opt = optim.SGD([param([0.0])], lr=0.5)
-    sched = schedules.LambdaLR(opt, lambda s: 1 / s)
-    assert opt.lr == 0.5
-    sched.step()
-    assert opt.lr == 0.25 and sched.get_lr() == 0.25
-
-
-@pytest.mark.parametrize("make", [lambda o: schedules.NoamSchedule(o, 64, warmup=4),
-                                  lambda o: schedules.WarmupCosine(o, 3, 20, lr_min=0.1),
-                                  lambda o: schedules.LambdaLR(o, lambda s: 0.9 ** s)],
-                         ids=["noam", "cosine", "lambda"])
-def test_schedule_state_dict_resumes_exactly(tmp_path, make):
-    opt = optim.SGD([param([0.0])], lr=1.0)
-    sched = make(opt)
-    for _ in range(6):
-        sched.step()
-    tx.save({"sched": sched.state_dict()}, tmp_path / "s.npz")
-    expected = []
-    for _ in range(5):
-        sched.step()
-        expected.append(opt.lr)
-
-    opt2 = optim.SGD([param([0.0])], lr=1.0)
-    resumed = make(opt2)
-    resumed.load_state_dict(tx.load(tmp_path / "s.npz")["sched"])
-    assert opt2.lr == sched.lr_at(7)
-    got = []
-    for _ in range(5):
-        resumed.step()
-        got.append(opt2.lr)
-    assert got == expected
-
-
 # -- gradient clipping -----------------------------------------------------------------------------
+
 @pytest.mark.parametrize("max_norm", [0.5, 1e3])
 def test_clip_grad_norm_matches_torch(torch, max_norm):
     rng = np.random.default_rng(0)

@@ -16,7 +16,7 @@ each call the results, every parameter and every gradient must be equal byte for
 error eager raises must be raised by the jit too (or the jit refuses first).
 
 On every device; CI runs the "ci" profile of tests/conftest.py (60 examples); a long search:
-    pytest tests/engine/test_jit_differential.py --hypothesis-profile large --hypothesis-show-statistics
+    pytest tests/jit/test_differential.py --hypothesis-profile large --hypothesis-show-statistics
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import tinygrad_tx.distributed as dist
 from tinygrad_tx import nn, optim
 from tinygrad_tx.jit import JitError
 
-from .test_jit_limits import same
+from .helpers import same
 
 pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, strict, and cuda where there is a GPU
 
