@@ -205,8 +205,10 @@ def test_a_command_line_refused_on_one_rank_stops_every_rank_with_its_reason(tmp
     """argparse ends a rank before it joins the job; the others used to wait in MPI_Init for ever."""
     task = [*TRAIN, "--task", "copy", "--n-train", "60", "--n-held-out", "10", "--out", str(tmp_path / "run")]
     assert_refused(two_ranks(task, [*task, "--steps", "abc"]), "--steps", "'abc'", "rank 1", disagree=False)
+    assert_refused(two_ranks([*task, "--no-such-flag"], task), "--no-such-flag", "rank 0", disagree=False)
+    # `--resume` needs only --out now: refused on the rank that resumes a run that is not there
     assert_refused(two_ranks(["-m", "models", "train", "--out", str(tmp_path / "run"), "--resume"], task),
-                   "--task --data is required", "rank 0", disagree=False)
+                   "run.json is missing", disagree=False)
     assert not (tmp_path / "run").exists()
 
 
