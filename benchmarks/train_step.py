@@ -6,6 +6,8 @@ label-smoothed cross-entropy that ignores padding) and run alternately in one
 process; the median of several steps after warm-up is reported, with the
 ratios, the achieved matmul GFLOP/s as a fraction of this machine's measured
 sgemm rate, and (with --memory) the peak memory of each, each in a fresh process.
+On a GPU (--device cuda) each size also gets its kernel launches a step and the jit's
+replay captured as one CUDA graph, or what stops the capture (`gpu.py`).
 "toy" is the size the translation tasks train at (d_model 64, batches of short sequences).
 The first row is the per-op overhead of `op_overhead.py`, so one run prints every row.
 
@@ -30,6 +32,7 @@ import time
 
 import numpy as np
 
+import gpu
 import op_overhead
 import threads
 from common import CONFIGS, ours, theirs
@@ -150,6 +153,25 @@ def gpu_peak_mib(config: str, framework: str) -> float:
     return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
 
 
+def gpu_rows(name: str, row: dict) -> None:
+    """On a GPU: kernel launches a step for each framework, and the jit's replay as one CUDA graph."""
+    c = CONFIGS[name]
+    try:
+        counts = {f: gpu.launches(make(c, "cuda")) for f, make in FRAMEWORKS.items()}
+    except Exception as error:  # noqa: BLE001  (the profiler may not see CUPTI: the row says so)
+        print(f"   launches a step: not counted ({type(error).__name__}: {error})")
+    else:
+        row["launches"] = counts
+        print("   launches a step: " + ", ".join(f"{f} {n['kernels']} kernels + {n['copies']} copies/memsets"
+                                               for f, n in counts.items()))
+    g = row["cuda_graph"] = gpu.graph(ours(c, "cuda", jit=True), ours(c, "cuda", jit=True))
+    if g["captured"]:
+        print(f"   jit replay as one CUDA graph: {g['ms']:.1f} ms (ratio {g['ms'] / row['torch_ms']:.2f}); "
+              f"loss differs from the plain replay's by at most {g['loss_difference']:.2g} over 5 steps")
+    else:
+        print(f"   jit replay as one CUDA graph: cannot be captured: {g['why']}, at {g['where']}")
+
+
 def main_job(jit: bool) -> tuple[float, str]:
     """Wall seconds of `python -m models train --task reverse` in a fresh process (into a
     temporary run directory), and its held-out report line."""
@@ -206,6 +228,8 @@ def main() -> None:
             print(f"   peak memory added: torch {row['torch_mib']:.0f} MiB, tinygrad_tx eager "
                   f"{row['tinygrad_tx_mib']:.0f} MiB (ratio {row['tinygrad_tx_mib'] / row['torch_mib']:.2f}), "
                   f"jit {row['tinygrad_tx+jit_mib']:.0f} MiB (ratio {row['tinygrad_tx+jit_mib'] / row['torch_mib']:.2f})")
+        if args.device == "cuda":
+            gpu_rows(name, row)
         results[name] = row
     if args.busy:
         row = {}
