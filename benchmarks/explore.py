@@ -112,7 +112,8 @@ def main() -> None:
     if run is None:
         run = str(Path(tempfile.mkdtemp()) / "grammar")
         subprocess.run([sys.executable, "-m", "models", "train", "--task", "grammar", "--out", run, "--steps", "300",
-                        "--d-model", "64", "--layers", "2", "--eval-every", "300"], check=True,
+                        "--d-model", "64", "--num-encoder-layers", "2", "--num-decoder-layers", "2",
+                        "--eval-every", "300"], check=True,
                        cwd=Path(__file__).resolve().parents[1], capture_output=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])

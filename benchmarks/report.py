@@ -21,14 +21,15 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
 def machine() -> str:
-    """"2 cores, Intel(R) Xeon(R) ..., Linux": what the figures were measured on."""
+    """"2 cores, Intel(R) Xeon(R) ..., Linux, load 0.31": what the figures were measured on, and how busy
+    it was when the measurement began (the 1-minute load average: 2.0 on 2 cores means both were taken)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{os.cpu_count()} cores, {cpu}, {platform.system()}"
+    return f"{os.cpu_count()} cores, {cpu}, {platform.system()}, load {os.getloadavg()[0]:.2f}"
 
 
 @contextlib.contextmanager
@@ -49,9 +50,9 @@ def written_to_docs(name: str, markdown: bool = False):
 
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])] + sys.argv[1:])
     command += " --write-docs"
+    when = f"{datetime.date.today().isoformat()}, {machine()}"  # before the run, whose own work raises the load
     with contextlib.redirect_stdout(Tee()):
         yield
-    when = f"{datetime.date.today().isoformat()}, {machine()}"
     header = f"Measured {when}: `{command}`\n\n" if markdown else f"# {when}: {command}\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
     for_people = "".join(line for line in printed.getvalue().splitlines(True) if not line.startswith("{"))
@@ -61,11 +62,12 @@ def written_to_docs(name: str, markdown: bool = False):
 def paste_into_pages() -> None:
     """Put each docs/results file into the pages that include it (`<!-- include: results/X.txt -->`
     before a ```text block, or `<!-- include: results/X.md -->` ... `<!-- end include -->` around
-    markdown), word for word: `python benchmarks/report.py` after a --write-docs run."""
+    markdown; README.md says docs/results/X), word for word: `python benchmarks/report.py` after a
+    --write-docs run."""
     import re
 
     include = re.compile(r"(<!--\s*include:\s*(\S+)\s*-->\s*\n(?:```text\n)?)(.*?)(```|<!-- end include -->)", re.S)
-    for page in sorted(RESULTS.parent.glob("*.md")):
+    for page in [RESULTS.parents[1] / "README.md", *sorted(RESULTS.parent.glob("*.md"))]:
         text = page.read_text()
 
         def pasted(m: re.Match) -> str:

@@ -47,7 +47,7 @@ def measure(task: str, tmp: str) -> dict:
         probe = os.path.join(tmp, f"{task}-probe.tsv")
         with open(probe, "w") as f:
             f.write(models("tasks", "--probe", task).stdout)
-        scores = json.loads(models("evaluate", "--checkpoint", out, "--data", probe, "--json").stdout)
+        scores = json.loads(models("evaluate", "--run", out, "--data", probe, "--json").stdout)
         row["probe"] = f"{scores['exact_match']:.1f}% of {scores['n']}"
     return row
 

@@ -6,6 +6,8 @@ label-smoothed cross-entropy that ignores padding) and run alternately in one
 process; the median of several steps after warm-up is reported, with the
 ratios, the achieved matmul GFLOP/s as a fraction of this machine's measured
 sgemm rate, and (with --memory) the peak memory of each, each in a fresh process.
+On a GPU (--device cuda) each size also gets its kernel launches a step and the jit's
+replay captured as one CUDA graph, or what stops the capture (`gpu.py`).
 "toy" is the size the translation tasks train at (d_model 64, batches of short sequences).
 The first row is the per-op overhead of `op_overhead.py`, so one run prints every row.
 
@@ -30,6 +32,7 @@ import time
 
 import numpy as np
 
+import gpu
 import op_overhead
 import threads
 from common import CONFIGS, ours, theirs
@@ -72,6 +75,12 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
+def gpu_name() -> str:
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+
+
 def time_side_by_side(steps: dict, repeats: int, warmup: int = 2) -> dict:
     """Median seconds per step for each framework, run alternately so all see the same machine."""
     samples = {name: [] for name in steps}
@@ -101,7 +110,8 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
     """Peak resident memory during 3 steps, minus what the process held before building the model.
 
     Sampled every millisecond by a thread: the process's own high-water mark is no use,
-    as importing torch peaks higher than a small model's step.
+    as importing torch peaks higher than a small model's step. On a GPU: the device memory
+    held at the peak, by CuPy's memory pool for tinygrad_tx and by PyTorch's caching allocator.
     """
     import threading
 
@@ -109,6 +119,8 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
 
     import tinygrad_tx  # noqa: F401
 
+    if device == "cuda":
+        return gpu_peak_mib(config, framework)
     before, peak, done = resident_mib(), [0.0], threading.Event()
 
     def sample() -> None:
@@ -124,6 +136,40 @@ def measure_in_process(config: str, framework: str, device: str) -> float:
     done.set()
     sampler.join()
     return peak[0] - before
+
+
+def gpu_peak_mib(config: str, framework: str) -> float:
+    """MiB of GPU memory held at the peak of 3 steps: PyTorch's reserved bytes, or the bytes
+    CuPy's pool holds (a pool keeps what it freed for reuse, so what it holds after the steps
+    is what the peak needed)."""
+    import cupy
+    import torch
+
+    step = FRAMEWORKS[framework](CONFIGS[config], "cuda")
+    for _ in range(3):
+        step()
+    if framework == "torch":
+        return torch.cuda.max_memory_reserved() / 2 ** 20
+    return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
+
+
+def gpu_rows(name: str, row: dict) -> None:
+    """On a GPU: kernel launches a step for each framework, and the jit's replay as one CUDA graph."""
+    c = CONFIGS[name]
+    try:
+        counts = {f: gpu.launches(make(c, "cuda")) for f, make in FRAMEWORKS.items()}
+    except Exception as error:  # noqa: BLE001  (the profiler may not see CUPTI: the row says so)
+        print(f"   launches a step: not counted ({type(error).__name__}: {error})")
+    else:
+        row["launches"] = counts
+        print("   launches a step: " + ", ".join(f"{f} {n['kernels']} kernels + {n['copies']} copies/memsets"
+                                               for f, n in counts.items()))
+    g = row["cuda_graph"] = gpu.graph(ours(c, "cuda", jit=True), ours(c, "cuda", jit=True))
+    if g["captured"]:
+        print(f"   jit replay as one CUDA graph: {g['ms']:.1f} ms (ratio {g['ms'] / row['torch_ms']:.2f}); "
+              f"loss differs from the plain replay's by at most {g['loss_difference']:.2g} over 5 steps")
+    else:
+        print(f"   jit replay as one CUDA graph: cannot be captured: {g['why']}, at {g['where']}")
 
 
 def main_job(jit: bool) -> tuple[float, str]:
@@ -160,7 +206,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown config {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
     peak = sgemm_gflops(args.device)
-    print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)")
+    print(f"sgemm on this machine: {peak:.0f} GFLOP/s (n = 1024)" + (f"; {gpu_name()}" if args.device == "cuda" else ""))
     results = {"op": op_overhead.measure(device=args.device)}
     op = results["op"]
     print(f"small op 8x8, forward + backward: torch {op['torch']:.2f} µs; tinygrad_tx eager {op['tinygrad_tx']:.2f} µs "
@@ -182,6 +228,8 @@ def main() -> None:
             print(f"   peak memory added: torch {row['torch_mib']:.0f} MiB, tinygrad_tx eager "
                   f"{row['tinygrad_tx_mib']:.0f} MiB (ratio {row['tinygrad_tx_mib'] / row['torch_mib']:.2f}), "
                   f"jit {row['tinygrad_tx+jit_mib']:.0f} MiB (ratio {row['tinygrad_tx+jit_mib'] / row['torch_mib']:.2f})")
+        if args.device == "cuda":
+            gpu_rows(name, row)
         results[name] = row
     if args.busy:
         row = {}
@@ -201,5 +249,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with written_to_docs("train_step"):
+    with written_to_docs("train_step_cuda" if "cuda" in sys.argv[1:] else "train_step"):
         main()

@@ -4,10 +4,11 @@ The source is 8 random symbols; the target is the same 8 symbols, then EOS. The
 task needs no knowledge of language, only attention to the right position, so it
 checks the whole pipeline (masks, positions, training, decoding) in seconds:
 
-    python examples/copy_task.py
+    python examples/copy_task.py [--steps 300]
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import tinygrad_tx as tx  # noqa: E402
 import tinygrad_tx.functional as F  # noqa: E402
 from models import Transformer, beam_search, greedy_decode  # noqa: E402
-from tinygrad_tx import optim  # noqa: E402
+from tinygrad_tx import optim, schedules  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB, LENGTH = 16, 8  # symbols are 3 .. 15
@@ -41,7 +42,7 @@ def train(steps: int = 300, batch_size: int = 64, seed: int = 0, log_every: int 
     optimizer = optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
     # warm-up, then a cosine decay to 0: the paper's 1/√step decay keeps the rate high enough
     # here for late loss spikes, and the final model then copies only 87-100% of sources, depending on the seed
-    schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=1e-2)
+    schedule = schedules.WarmupCosine(optimizer, warmup=50, total_steps=steps)
     model.train()
     for step in range(1, steps + 1):
         src, tgt_in, tgt_out = make_batch(rng, batch_size)
@@ -67,8 +68,10 @@ def exact_match(model: Transformer, n: int = 500, seed: int = 1, beam_size: int 
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="training steps (default 300; more than 50)")
     start = time.perf_counter()
-    model = train(log_every=50)
+    model = train(parser.parse_args().steps, log_every=50)
     print(f"trained in {time.perf_counter() - start:.1f} s")
     src, _, _ = make_batch(np.random.default_rng(2), 4)
     for s, out in zip(src, greedy_decode(model, src, LENGTH + 1, BOS, EOS)):

@@ -14,10 +14,16 @@
 # %%
 import math
 import random
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from lesson_kit import Checks, heatmaps, options, update
+
+import models  # installed from this checkout (pip install -e .): a notebook finds examples/ from any folder
+
+sys.path.insert(0, str(Path(models.__file__).resolve().parents[1] / "examples"))
+from lesson_kit import TORCH, Checks, heatmaps, options, result, update
 
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
@@ -26,7 +32,7 @@ from models.masks import padding_mask
 from models.text import grammar
 from models.text.data import PAD_ID, Vocab, pad
 from models.text.grammar_lm import GrammarLM
-from tinygrad_tx import Tensor, optim
+from tinygrad_tx import Tensor, optim, schedules
 from tinygrad_tx.inspect import attention_maps
 
 args = options("An encoder classifier tells correct French from broken agreement.", "lesson_003_out")
@@ -182,7 +188,7 @@ try:
     print(f"our pre-LN encoder layer vs torch.nn.TransformerEncoderLayer: max difference {torch_gap:.1e}")
 except ImportError:
     torch_gap = None
-    print("PyTorch is not installed: the layer is not compared with nn.TransformerEncoderLayer")
+    print("PyTorch is not installed: the layer is not compared with nn.TransformerEncoderLayer (the checks say so)")
 
 # %% [markdown]
 # ## Training the classifier
@@ -195,7 +201,7 @@ train_ids = [vocab.encode(w) for w in train_words]
 test_ids = [vocab.encode(w) for w in test_words]
 steps, pairs_per_batch = (250, 32) if args.quick else (1200, 32)
 optimizer = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-schedule = optim.WarmupCosine(optimizer, warmup=50, total_steps=steps, lr_max=2e-3)
+schedule = schedules.WarmupCosine(optimizer, warmup=50, total_steps=steps)
 order_rng, losses = np.random.default_rng(0), []
 model.train()
 for step in range(1, steps + 1):
@@ -280,7 +286,9 @@ heatmaps(maps_of_heads, args.out / "classifier_attention.png",
 # %%
 check("the grammar rejects every broken sentence and accepts every correct one", rejected == 1 and accepted == 1)
 check("with a padding mask, padding does not change the real tokens' attention", masked_change < 1e-5)
-if torch_gap is not None:
+if torch_gap is None:
+    check.skip("our encoder layer equals torch.nn.TransformerEncoderLayer", TORCH)
+else:
     check("our encoder layer equals torch.nn.TransformerEncoderLayer", torch_gap < 1e-4, f"{torch_gap:.1e}")
 margin = 0.05 if args.quick else 0.2
 check(f"the encoder beats the bag of words by {margin:.0%} or more", accuracy >= bow_accuracy + margin,
@@ -288,4 +296,6 @@ check(f"the encoder beats the bag of words by {margin:.0%} or more", accuracy >=
 if not args.quick:
     check("held-out accuracy of 95% or more", accuracy >= 0.95, f"{accuracy:.1%}")
 print(f"lesson time: {time.perf_counter() - start:.0f} s")
+result(f"correct French vs one broken agreement: {accuracy:.1%} held-out, against {bow_accuracy:.1%} for "
+       f"bag-of-words" + ("" if torch_gap is None else f"; its pre-LN GELU layer equals PyTorch's within {torch_gap:.0e}"))
 check.finish()

@@ -4,18 +4,26 @@
 # Seed 004 follows one word through attention (dot products, scaling, softmax, weighted values, sum),
 # masks the future of "juego al fútbol", and fills the positional encoding of "I play soccer" number by
 # number, ending with the identity that makes position 2 a rotation of position 1. This lesson takes
-# the same steps with the seed's numbers and checks each against our library and against PyTorch.
+# the same steps with the seed's numbers and checks each against our library and against PyTorch,
+# and then goes one step past the seed: a second derivative through attention.
 # `examples/autograd_walkthrough.py` takes the same three words through backward: graph, trace, gradients.
 #
 #     python examples/lesson_004_attention_by_hand.py [--out lesson_004_out] [--quick]
 
 # %%
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
-from autograd_walkthrough import EMBEDDINGS, TOKENS
-from lesson_kit import Checks, heatmaps, options
 
+import models  # installed from this checkout (pip install -e .): a notebook finds examples/ from any folder
+
+sys.path.insert(0, str(Path(models.__file__).resolve().parents[1] / "examples"))
+from autograd_walkthrough import EMBEDDINGS, TOKENS
+from lesson_kit import TORCH, Checks, heatmaps, options, result
+
+import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import MultiHeadAttention, sinusoidal_table
 from tinygrad_tx import Tensor
@@ -99,7 +107,54 @@ try:
     print(f"ours vs torch.nn.MultiheadAttention: max difference {torch_gap:.1e}")
 except ImportError:
     torch_gap = None
-    print("PyTorch is not installed: no comparison with nn.MultiheadAttention")
+    print("PyTorch is not installed: no comparison with nn.MultiheadAttention (the checks say so)")
+
+# %% [markdown]
+# ## How the slope itself changes: a second derivative through attention
+# Take a loss of the queries, L(q) = Σ z ⊙ u for a fixed random u, z the masked attention of the three
+# words. `tx.grad(L, [q], create_graph=True)` gives the slope ∇L as a graph of its own: attention, a
+# fused op, builds its gradient from differentiable ops when asked to. Differentiating ∇L · d once more
+# gives H d, the Hessian of L times a direction d, and dᵀ H d is the curvature of L along d: how fast
+# the slope along d changes as q moves along d. The independent truths: the slope's own central
+# difference, dᵀ (∇L(q + εd) - ∇L(q - εd)) / 2ε, and PyTorch's double backward.
+
+# %%
+u, direction = rng.normal(size=(3, depth)), rng.normal(size=(3, depth))  # (3, depth) each
+
+
+def loss_of_queries(queries: Tensor) -> Tensor:
+    z = F.scaled_dot_product_attention(queries, Tensor(k), Tensor(v), causal=True)  # (3, depth)
+    return (z * Tensor(u)).sum()
+
+
+def slope(queries: np.ndarray) -> np.ndarray:
+    """∇L at `queries` by an ordinary backward: (3, depth)."""
+    leaf = Tensor(queries, requires_grad=True)
+    loss_of_queries(leaf).backward()
+    return leaf.grad.numpy()
+
+
+q_leaf = Tensor(q, requires_grad=True)
+(grad_q,) = tx.grad(loss_of_queries(q_leaf), [q_leaf], create_graph=True)  # ∇L (3, depth), itself a graph
+(hessian_d,) = tx.grad((grad_q * Tensor(direction)).sum(), [q_leaf])  # H d: (3, depth)
+curvature = float((hessian_d.numpy() * direction).sum())
+eps = 1e-5
+finite_curvature = float(((slope(q + eps * direction) - slope(q - eps * direction)) * direction).sum() / (2 * eps))
+print(f"curvature of L along d: {curvature:.9f} by backward twice, {finite_curvature:.9f} by central differences")
+try:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    tq = torch.tensor(q, requires_grad=True)
+    with sdpa_kernel(SDPBackend.MATH):  # the attention kernel with a double backward on the CPU
+        tz = torch.nn.functional.scaled_dot_product_attention(tq, torch.tensor(k), torch.tensor(v), is_causal=True)
+        (t_grad,) = torch.autograd.grad((tz * torch.tensor(u)).sum(), tq, create_graph=True)
+        (t_hessian_d,) = torch.autograd.grad((t_grad * torch.tensor(direction)).sum(), tq)
+    hessian_gap = float(np.abs(hessian_d.numpy() - t_hessian_d.numpy()).max())
+    print(f"H d against PyTorch's double backward: max difference {hessian_gap:.1e}")
+except ImportError:
+    hessian_gap = None
+    print("PyTorch is not installed: no comparison of H d")
 
 # %% [markdown]
 # ## Positional encoding, number by number
@@ -148,9 +203,18 @@ heatmaps(big[None], args.out / "positional_encoding.png", ["PE(pos, dim), d_mode
 check("the five steps, word by word, equal the matrix form", np.allclose(z_loop, z_matrix))
 check("our boolean mask gives the seed's additive -1e9 mask's weights", np.allclose(our_weights, seed_weights))
 check("blocked weights are exactly 0", bool(np.all(our_weights[~keep] == 0)))
-if torch_gap is not None:
+if torch_gap is None:
+    check.skip("MultiHeadAttention equals torch.nn.MultiheadAttention", TORCH)
+else:
     check("MultiHeadAttention equals torch.nn.MultiheadAttention", torch_gap < 1e-5, f"{torch_gap:.1e}")
+check("the curvature along d from backward twice equals the slope's central difference",
+      abs(curvature - finite_curvature) < 1e-9, f"{curvature:.12f} vs {finite_curvature:.12f}")
+if hessian_gap is not None:
+    check("H d through attention equals PyTorch's double backward", hessian_gap < 1e-10, f"{hessian_gap:.1e}")
 check("sinusoidal_table gives the seed's hand-computed values", pe_gap < 1e-12, f"{pe_gap:.1e}")
 check("PE(2) follows from PE(1) by the double-angle identities", rotation_gap < 1e-12, f"{rotation_gap:.1e}")
 check("PE(pos + k) is a fixed rotation of PE(pos)", shift_gap < 1e-12, f"{shift_gap:.1e}")
+result(("" if torch_gap is None else f"PyTorch's `MultiheadAttention` within {torch_gap:.0e}; ")
+       + f"the tutorial's hand-computed values {'exactly' if pe_gap == 0 else f'within {pe_gap:.0e}'}, and its "
+       f"identities within {max(rotation_gap, shift_gap):.0e}")
 check.finish()

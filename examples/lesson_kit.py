@@ -1,9 +1,12 @@
-"""What the lessons share: their command line, a training update, their final checks, their heat-maps.
+"""What the lessons share: their command line, a training update, their final checks, their pictures.
 
 Each lesson runs as a script (`python examples/lesson_....py --out DIR [--quick]`)
-or cell by cell (`# %%` cells, for Jupyter with jupytext or VS Code). Its last
-cell compares what it computed with an independent truth and exits non-zero when
-a check fails, so that `tests/examples/test_lessons.py` can run it as CI does.
+or cell by cell as a notebook (`# %%` cells: Jupyter with jupytext, or VS Code), where
+its pictures also appear inline. Its last cell compares what it computed with an
+independent truth, says which checks passed and which could not run (and what to
+install for them), and exits non-zero when a check fails, so that
+`tests/examples/test_lessons.py` can run it as CI does. Its one-line `RESULT:` is what
+`benchmarks/lessons.py` puts in the README's table of lessons.
 """
 from __future__ import annotations
 
@@ -15,8 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout (a notebook has no __file__ of its own)
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
 if TYPE_CHECKING:
     from tinygrad_tx import Tensor
@@ -46,22 +48,43 @@ def options(description: str, default_out: str) -> argparse.Namespace:
     return args
 
 
+TORCH = "torch"
+LESSONS_INSTALL = 'pip install -e ".[lessons]"'  # brings torch (pinned: the CPU build here), see pyproject.toml
+
+
 class Checks:
-    """The lesson's verdicts: `check(name, ok, detail)` prints one line each; `finish()` exits 1 if any failed."""
+    """The lesson's verdicts, one line each: `check(name, ok, detail)`, or `check.skip(name, needs)`
+    for a check whose truth (`needs`, a package) is not installed. `finish()` sums them up, never
+    calling a skipped check passed, and exits 1 if any failed."""
 
     def __init__(self):
+        self.passed: list[str] = []
         self.failed: list[str] = []
+        self.skipped: dict[str, str] = {}  # check -> the package it needs
 
     def __call__(self, name: str, ok: bool, detail: str = "") -> None:
         print(f"CHECK {'pass' if ok else 'FAIL'}: {name}" + (f" ({detail})" if detail else ""))
-        if not ok:
-            self.failed.append(name)
+        (self.passed if ok else self.failed).append(name)
+
+    def skip(self, name: str, needs: str) -> None:
+        print(f"CHECK skip: {name} ({needs} is not installed)")
+        self.skipped[name] = needs
 
     def finish(self) -> None:
         if self.failed:
             print(f"{len(self.failed)} check(s) failed: {', '.join(self.failed)}")
             sys.exit(1)
-        print("all checks passed")
+        if self.skipped:
+            needs = ", ".join(sorted(set(self.skipped.values())))
+            print(f"{len(self.passed)} passed, {len(self.skipped)} skipped: install {needs} to run them "
+                  f"({LESSONS_INSTALL})")
+        else:
+            print(f"all {len(self.passed)} checks passed")
+
+
+def result(text: str) -> None:
+    """The lesson's outcome in one line, measured in this run: the README's table of lessons shows it."""
+    print(f"RESULT: {text}")
 
 
 def update(loss: Tensor, optimizer: Optimizer, schedule: LRSchedule) -> float:
@@ -75,7 +98,8 @@ def update(loss: Tensor, optimizer: Optimizer, schedule: LRSchedule) -> float:
 
 
 def pyplot():
-    """matplotlib's pyplot drawing to files only, or None when matplotlib is missing."""
+    """matplotlib's pyplot drawing to files (`show` puts them inline in a notebook), or None when
+    matplotlib is missing."""
     try:
         import matplotlib
 
@@ -85,6 +109,18 @@ def pyplot():
         print('matplotlib is not installed, so no pictures: pip install "tinygrad-tx[viz]"')
         return None
     return plt
+
+
+def show(fig, path: Path) -> Path:
+    """Save `fig` to `path` and close it; in a notebook, also show the picture under its cell."""
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(fig)
+    print(f"picture: {path}")
+    if "ipykernel" in sys.modules:  # a Jupyter kernel runs this cell
+        from IPython.display import Image, display
+
+        display(Image(filename=str(path)))
+    return path
 
 
 def heatmaps(matrices: np.ndarray, path: Path, titles: Sequence[str], rows: Sequence[str] = (),
@@ -117,7 +153,4 @@ def heatmaps(matrices: np.ndarray, path: Path, titles: Sequence[str], rows: Sequ
     fig.colorbar(image, ax=list(axes.flat), shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    print(f"picture: {path}")
-    return path
+    return show(fig, path)

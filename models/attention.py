@@ -42,6 +42,13 @@ class KVCache:
             self.k, self.v = self.k[index], self.v[index]
 
 
+def check_heads(d_model: int, num_heads: int) -> None:
+    """The heads split the width evenly (d_model = num_heads · d_head); the command line asks too,
+    before it writes anything."""
+    if d_model % num_heads:
+        raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention (`memory=None`) or cross-attention over `memory`.
 
@@ -49,8 +56,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
-        if d_model % num_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        check_heads(d_model, num_heads)
         self.num_heads, self.d_head, self.dropout = num_heads, d_model // num_heads, dropout
         self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
         for linear in (self.w_q, self.w_k, self.w_v, self.w_o):

@@ -14,7 +14,8 @@ import tinygrad_tx as tx  # noqa: E402
 DEVICES = ["cpu", "strict", "cuda"]
 
 # Property-based tests (hypothesis): CI runs a bounded number of examples from a fixed seed, so a
-# run is fast and repeatable; `pytest --hypothesis-profile large tests/engine` searches far more.
+# run is fast and repeatable; `pytest --hypothesis-profile large tests/ops tests/jit` searches far
+# more.
 # The `device` and `torch` fixtures do not change between examples, so sharing them is safe.
 # No deadlines or speed health checks: this machine is shared, and a slow example is not a wrong one.
 _shared = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -63,5 +64,5 @@ def _restore_global_state():
     backend._default = default
     tx.manual_seed(0)
     enabled = tx.is_grad_enabled()
-    tx.autograd.set_grad_enabled(True)
+    tx.function.set_grad_enabled(True)
     assert enabled, "this test left grad mode disabled (a no_grad that did not restore it)"

@@ -10,14 +10,15 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 """
 from __future__ import annotations
 
-import math
+import functools
 import os
 from typing import Any
 
 import numpy as np
 
-from . import host_kernels, observers
+from . import host_kernels
 from .observers import replayable
+from .scatter import cuda_segment_sums, host_segment_sums, scatter_add_in_order
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
 
@@ -62,6 +63,13 @@ class Backend:
         """
         return data
 
+    def memory(self, array: Any) -> Any:
+        """The array that owns `array`'s memory: `array` itself, or the array it is a view of
+        (NumPy and CuPy name it `base`). In-place changes are recorded by it (`in_place`), so a
+        view and its base share them."""
+        base = array.base
+        return base if isinstance(base, self.array_type) else array
+
     def constant(self, value: np.generic) -> Any:
         """A Python number lifted into an operand (the 2 of `x * 2`), already in its NumPy dtype.
         CuPy passes a NumPy scalar to its kernels as an argument; a 0-d array would be a copy to
@@ -70,7 +78,9 @@ class Backend:
 
     # -- scatter-add: a[idx] += v with repeated indices accumulated ----------------
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
-        """In-place `target[index] += values`, where repeated indices accumulate.
+        """In-place `target[index] += values`, where repeated indices accumulate, each position's
+        values added in the order they come, on every device (`tinygrad_tx/scatter.py`: a GPU's
+        atomic adds would make a gradient's last bits change from run to run).
 
         Plain `target[index] += values` keeps only one of the repeated updates
         (and is undefined on CuPy), which silently drops gradient.
@@ -78,7 +88,7 @@ class Backend:
         self._scatter_add(target, index, values)
 
     # -- random numbers ------------------------------------------------------------
-    @replayable  # shown to instruments: `tx.jit` reseeds again at each replay
+    @replayable  # timed by the profiler; `tx.jit` reseeds again at each replay
     def seed(self, seed: int) -> None:
         """Reseed this device's generator (dropout's masks)."""
         self.rng = self._generator(seed)
@@ -103,22 +113,12 @@ def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
     return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
 
 
-def _host_erf():
-    """SciPy's erf when installed; otherwise the standard library's, one element at a time."""
-    try:
-        from scipy.special import erf
-    except ImportError:
-        slow = np.vectorize(math.erf, otypes=[np.float64])
-        return lambda x: slow(x).astype(x.dtype, copy=False)
-    return erf
-
-
 class NumpyBackend(Backend):
     def __init__(self):
         super().__init__("cpu", np, np.ndarray)
         host_kernels.keep_freed_memory()
         self._scatter_add = host_kernels.scatter_add
-        self._erf = _host_erf()
+        self._erf = host_kernels.erf  # NumPy has none; SciPy's is not used where installed (see erf)
 
     def from_host(self, array, dtype=None):
         return np.asarray(array, dtype=dtype)
@@ -137,11 +137,17 @@ class StrictBackend(Backend):
         from . import strict
 
         super().__init__("strict", strict.xp, strict.StrictArray)
-        self._scatter_add = strict.xp.add.at
-        self._erf = strict.wrap_function(_host_erf(), "erf")
+        self._scatter_add = functools.partial(scatter_add_in_order, strict.xp,
+                                              segment_sums=strict.wrap_function(host_segment_sums, "segment_sums"))
+        self._erf = strict.wrap_function(host_kernels.erf, "erf")
 
     def to_host(self, array):
         return array.get()
+
+    def memory(self, array):
+        """The NumPy array that owns the memory (StrictArrays are made afresh around every result)."""
+        inner = array._a
+        return inner.base if isinstance(inner.base, np.ndarray) else inner
 
     def as_array(self, data):
         """Refused: CuPy would have made an array; a NumPy scalar or a number here is the CPU's
@@ -157,12 +163,7 @@ class StrictBackend(Backend):
 class CupyBackend(Backend):
     def __init__(self, cupy: Any):
         super().__init__("cuda", cupy, cupy.ndarray)
-        if hasattr(cupy, "add") and hasattr(cupy.add, "at"):
-            self._scatter_add = cupy.add.at
-        else:  # older CuPy: the same kernel lives in cupyx
-            import cupyx
-
-            self._scatter_add = cupyx.scatter_add
+        self._scatter_add = functools.partial(scatter_add_in_order, cupy, segment_sums=cuda_segment_sums(cupy))
         from cupyx.scipy.special import erf
 
         self._erf = erf
@@ -236,9 +237,7 @@ def backend_of(array: Any) -> Backend:
 
 
 def host_rng() -> np.random.Generator:
-    """The host generator parameters are drawn from, so one seed gives one model on every device.
-    Each use is shown to instruments as numbers made outside ops (`tx.jit` refuses it)."""
-    observers.show_read(None, "drawn from the host generator (nn.init, tx.randn)")
+    """The host generator parameters are drawn from, so one seed gives one model on every device."""
     return _host_rng
 
 

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .autograd import grad
+from .tensor import grad
 from .tensor import Tensor
 
 

@@ -1,101 +1,138 @@
-"""Who watches the engine, and the one way the engine tells them.
+"""Who watches the engine, and what the engine tells them.
 
-Instruments (`tx.inspect`'s profiler, trace and anomaly finder, and `tx.jit`'s
-recorder) put themselves on the list `active` for the length of a `with` block
-(`inspect.Instrument`). The engine tells them what happens only through the
-`show_*` functions below and `replayable`; each calls the method of the same
-name on every active observer (`inspect.Instrument` documents the methods).
+An observer (`tx.inspect`'s profiler, trace and anomaly finder, the explorer, `tx.jit`'s
+recorder) is an `Observer` on the list `active` for the length of a `with` block. The engine
+tells every observer the same five things, through the `show_*` functions and `replayable`
+below, each calling the `Observer` method of the same name:
 
-With no instrument on, `active` is empty and costs next to nothing: the two hot
-paths, an op's forward and a backward step, check `if observers.active:` once;
-the rarer announcements (a host read, a module call) simply call their function,
-which loops over no observer.
+- `forward`: an op ran forward (the profiler times it, the anomaly finder checks its output,
+  `record_modules` notes the module call it ran in, the jit records it with its params);
+- `backward_begin` ... `backward_end` around a walk, with its plan, and `backward` after each
+  step (the trace follows the plan, the profiler times each step, the anomaly finder checks
+  the gradients, the jit keeps the plan);
+- `call`: a replayable call (an optimizer's step, a schedule's, seeding, a collective) ran, in
+  how many seconds (the profiler times it, the jit makes it again at each replay);
+- `read`: a value left the graph (read on the host, or cast or copied outside ops; the
+  profiler counts them: on CUDA a host read waits for the device; the jit refuses them);
+- `collective`: data parallelism spent time communicating during backward (the profiler).
 
-This module imports nothing from the engine, so every layer, the backend
-included, may announce through it.
+What only the jit needs to see while it records (writes to `.data` and `.grad`, hooks
+registered, modules called, optimizers made, instruments turned on, the host generator
+drawn from) it watches itself, from `tinygrad_tx/jit/watch.py` and its recorder, only while a
+recording runs: none of it is announced from the engine.
+
+With no observer on, `active` is empty and costs next to nothing: the two hot paths, an op's
+forward and a backward step, check `if observers.active:` once; the rarer announcements
+(a read, a replayable call) check the same list.
+
+This module imports nothing from the engine, so every layer, the backend included, may
+announce through it.
 """
 from __future__ import annotations
 
 import functools
+import os
+from time import perf_counter
 from typing import Any, Callable
 
-active: list = []
-"""The observers now watching, innermost last; empty unless an instrument is on."""
+ENGINE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""Where the engine's files are: a frame outside it is the user's (`inspect.user_frames`, the jit)."""
+
+active: list["Observer"] = []
+"""The observers now watching, innermost last; empty unless an observer is on."""
+
+
+class Observer:
+    """Base of the observers: `with observer:` puts it on `active` for the block. A subclass
+    overrides the methods of what it wants to see; each is called by the `show_*` function
+    (or `replayable`) of the same name."""
+
+    def __enter__(self):
+        active.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        active.remove(self)
+
+    def forward(self, fn: Any, inputs: tuple, params: dict, output: Any, seconds: float, recorded: bool) -> None:
+        """After an op's forward: the op (`fn`, a Function; `fn.inputs` is not set yet), its input
+        Tensors, its keyword params, its output array, the seconds forward took, and whether its
+        node is kept for backward."""
+
+    def backward_begin(self, root: Any, grad: Any, plan: Any, create_graph: bool, targets: Any) -> None:
+        """Before a walk from `root` (gradient `grad`) runs `plan` (a `BackwardPlan`); `targets`:
+        `tx.grad`'s tensors, else None."""
+
+    def backward(self, fn: Any, grad: Any, grads: list, seconds: float) -> None:
+        """After a step of the plan ran `fn.backward` in `seconds`; `grads`: what it sent to each
+        input (summed back to the input's shape; None where it sent nothing)."""
+
+    def backward_end(self) -> None:
+        """After the walk announced by `backward_begin` finished (or failed)."""
+
+    def call(self, function: Callable, args: tuple, kwargs: dict, result: Any, seconds: float) -> None:
+        """After a call of a function marked `replayable` (an optimizer's `step`), which took `seconds`."""
+
+    def read(self, t: Any, how: str) -> None:
+        """When the value of the Tensor `t` leaves the graph (`how`: read on the host by `item()`,
+        `numpy()`, `if t:` or printing; cast or copied outside ops)."""
+
+    def collective(self, name: str, seconds: float) -> None:
+        """When data parallelism spent `seconds` communicating (`name`: "all_reduce")."""
 
 
 def show_forward(fn: Any, inputs: tuple, params: dict, output: Any, seconds: float, recorded: bool) -> None:
-    """An op ran forward (`forward(fn, inputs, output, seconds, recorded)`, then `op(...)` with its params);
-    `recorded`: its node is kept for backward."""
     for observer in tuple(active):
-        observer.forward(fn, inputs, output, seconds, recorded)
-        observer.op(fn, inputs, params, output, recorded)
+        observer.forward(fn, inputs, params, output, seconds, recorded)
 
 
-def show_backward_begin(root: Any, grad: Any, plan: Any, create_graph: bool, inputs: Any) -> None:
-    """A backward is about to run `plan` (a `BackwardPlan`) from `root` with gradient `grad`."""
+def show_backward_begin(root: Any, grad: Any, plan: Any, create_graph: bool, targets: Any) -> None:
     for observer in tuple(active):
-        observer.backward_begin(root, grad, plan, create_graph, inputs)
+        observer.backward_begin(root, grad, plan, create_graph, targets)
 
 
 def show_backward(fn: Any, grad: Any, grads: list, seconds: float) -> None:
-    """A step of the plan ran `fn.backward` in `seconds`; `grads`: what it sent to each input
-    (summed back to the input's shape; None where it sent nothing)."""
     for observer in tuple(active):
         observer.backward(fn, grad, grads, seconds)
 
 
 def show_backward_end() -> None:
-    """The backward announced by `show_backward_begin` has finished (or failed)."""
     for observer in tuple(active):
         observer.backward_end()
 
 
-def show_read(t: Any, how: str = "read on the host (item(), numpy(), print or if)") -> None:
-    """A value leaves the graph (`how`): read on the host, where Python may branch on it, or cast or
-    copied outside ops; `t` None: numbers drawn outside ops (`tx.randn`). A recording such as
-    `tx.jit`'s could only keep such a value fixed."""
+def show_read(t: Any, how: str) -> None:
     for observer in tuple(active):
         observer.read(t, how)
 
 
-def show_side_effect(how: str) -> None:
-    """A change made outside ops and replayable calls (`how`: a tensor's `.data` replaced, a hook
-    registered, an instrument turned on). A recording such as `tx.jit`'s refuses it: a replay makes
-    only the ops and calls, so it would not make this change again."""
-    for observer in tuple(active):
-        observer.side_effect(how)
-
-
-def show_module(module: Any) -> None:
-    """A module is called (what `tx.jit` records: its mode and hooks)."""
-    for observer in tuple(active):
-        observer.module(module)
-
-
-def show_stateful(obj: Any) -> None:
-    """An object whose state replayable calls change was made (an optimizer, a schedule). `tx.jit`
-    refuses those calls on one made inside the function it records: eager makes a fresh one at each
-    call, a replay would keep using the recording's."""
-    for observer in tuple(active):
-        observer.stateful(obj)
-
-
 def show_collective(name: str, seconds: float) -> None:
-    """Data parallelism spent `seconds` communicating (`name`: "all_reduce")."""
     for observer in tuple(active):
         observer.collective(name, seconds)
 
 
 def replayable(function: Callable) -> Callable:
     """Mark a function that changes state outside the graph, on raw arrays (an optimizer's
-    `step` and `zero_grad`, `clip_grad_norm`, reseeding), so that observers see each call as
-    `call(function, args, kwargs, result)`: `tx.jit` records it and calls it again at replay."""
+    `step` and `zero_grad`, `clip_grad_norm`, a schedule's `step`, seeding, a collective), so
+    that observers see each call, timed (`Observer.call`): the profiler shows where a step's
+    time goes besides its ops, and `tx.jit` makes the call again at each replay. (A marker at
+    the definition, because such functions are also imported by name, which no observer could
+    intercept.)"""
 
     @functools.wraps(function)
     def announced(*args, **kwargs):
+        if not active:
+            return function(*args, **kwargs)
+        start = perf_counter()
         result = function(*args, **kwargs)
+        seconds = perf_counter() - start
         for observer in tuple(active):
-            observer.call(function, args, kwargs, result)
+            observer.call(function, args, kwargs, result, seconds)
         return result
 
     return announced
+
+
+def describe(shape: tuple, dtype: Any) -> str:
+    """`(3, 4) float32`: how every observer writes a tensor's type."""
+    return f"{tuple(shape)} {dtype}"

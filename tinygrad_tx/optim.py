@@ -1,5 +1,5 @@
-"""Optimizers (SGD, Adam, AdamW) and gradient clipping; learning-rate schedules live in
-`schedules.py` and are exported from here.
+"""Optimizers (SGD, Adam, AdamW) and gradient clipping; learning-rate schedules are
+`tinygrad_tx.schedules`.
 
 An optimizer holds a list of parameters and, for each, a little state (Adam's two
 running averages). `step()` reads every parameter's `.grad` and changes its `.data`:
@@ -11,8 +11,8 @@ running averages). `step()` reads every parameter's `.grad` and changes its `.da
   scalars keep float32 arrays float32);
 - followed by `p.bump_version()`, so a graph that saved the old values refuses to
   backpropagate through them instead of giving a silently wrong gradient;
-- `replayable`: `tx.jit` records a call of `step`, `zero_grad` or `clip_grad_norm`
-  inside a jitted function and makes the same call at every replay.
+- `replayable`: observers see each call of `step`, `zero_grad` or `clip_grad_norm`: the
+  profiler times it, and `tx.jit` records it and makes the same call at every replay.
 
 The update rules are PyTorch's, term for term, so a trajectory matches torch.optim to
 rounding error. One deliberate difference: Adam's step counter `t` counts `step()`
@@ -27,13 +27,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .observers import replayable, show_stateful
+from .observers import replayable
 from .backend import backend_of
-from .schedules import LambdaLR, LRSchedule, NoamSchedule, WarmupCosine
 from .tensor import Tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm",
-           "LRSchedule", "LambdaLR", "NoamSchedule", "WarmupCosine"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm"]
 
 
 class Optimizer:
@@ -52,7 +50,6 @@ class Optimizer:
         self.lr = lr  # read at every step, so a schedule may change it
         self.t = 0  # number of step() calls so far
         self.state: dict[int, dict[str, Any]] = {}  # params[i] -> its arrays, made at its first update
-        show_stateful(self)
 
     @replayable
     def zero_grad(self) -> None:

@@ -5,7 +5,7 @@ schedule sets the rate for step 1; call `schedule.step()` AFTER each
 `optimizer.step()` to set the rate for the next one:
 
     optimizer = optim.Adam(model.parameters(), lr=1.0)
-    schedule = optim.NoamSchedule(optimizer, d_model=512, warmup=4000)
+    schedule = schedules.NoamSchedule(optimizer, d_model=512, warmup=4000)
     for batch in batches:
         loss = model_loss(batch)
         optimizer.zero_grad()
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .observers import replayable, show_stateful
+from .observers import replayable
 
 
 class LRSchedule:
@@ -30,7 +30,6 @@ class LRSchedule:
     def __init__(self, optimizer: Any):
         self.optimizer = optimizer
         self.step_num = 1  # the optimizer step the current rate is for
-        show_stateful(self)
         optimizer.lr = self.get_lr()
 
     def lr_at(self, step: int) -> float:
@@ -97,12 +96,17 @@ class NoamSchedule(LRSchedule):
 
 class WarmupCosine(LRSchedule):
     """Linear warm-up from lr_max/warmup (step 1) to lr_max (step `warmup`), then a half
-    cosine from lr_max down to lr_min at step `total_steps`; lr_min after that."""
+    cosine from lr_max down to lr_min at step `total_steps`; lr_min after that.
 
-    def __init__(self, optimizer: Any, warmup: int, total_steps: int, lr_max: float, lr_min: float = 0.0):
+    lr_max is the optimizer's lr when the schedule is made (as PyTorch's schedules take
+    their base rate), so the peak rate is given once, to the optimizer. Make the schedule
+    before loading a saved optimizer state, whose lr is the rate of the step it stopped at.
+    """
+
+    def __init__(self, optimizer: Any, warmup: int, total_steps: int, lr_min: float = 0.0):
         if not 0 <= warmup < total_steps:
             raise ValueError(f"WarmupCosine: need 0 <= warmup < total_steps, got {warmup} and {total_steps}")
-        self.warmup, self.total_steps, self.lr_max, self.lr_min = warmup, total_steps, lr_max, lr_min
+        self.warmup, self.total_steps, self.lr_max, self.lr_min = warmup, total_steps, optimizer.lr, lr_min
         super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:

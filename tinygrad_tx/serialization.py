@@ -5,7 +5,11 @@ The file is a zip archive of `.npy` arrays, exactly what `np.savez` writes. Each
 is stored under its path in the nesting, keys joined by "/" ("model/encoder.0.weight").
 Everything that is not an array (the shape of the nesting, and the numbers, strings
 and lists in it) goes into one JSON entry, `__tinygrad_tx__`, so `load` rebuilds the
-same structure. Tensors come back as NumPy arrays and tuples as lists.
+same structure. Tensors and NumPy scalars come back as NumPy arrays, and tuples as lists;
+everything else comes back identically: the same keys in the same order, the same types,
+dtypes, shapes and bytes. `save` refuses, before writing anything, what `load` could not
+give back so: keys a zip entry's name would change, dtypes a .npy header cannot describe,
+subclasses whose additions would be lost, and nesting deeper than `load` reads.
 
 Safety: arrays are read with `allow_pickle=False` and the rest is JSON, so loading a
 file never runs code from it. A file from elsewhere may also lie about sizes, so before
@@ -23,10 +27,12 @@ file as it was.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import uuid
+import warnings
 import zipfile
 import zlib
 from typing import Any, BinaryIO, Callable
@@ -42,6 +48,7 @@ MAX_LOAD_BYTES = 4 * 2 ** 30  # what `load` unpacks at most, all entries togethe
 MAX_COMPRESSION_RATIO = 100  # for compressed entries over RATIO_FREE_BYTES
 RATIO_FREE_BYTES = 2 ** 20
 MAX_DEPTH = 100  # nesting of the saved state
+MAX_NAME_BYTES = 2 ** 16 - 1  # of a zip entry's name
 
 __all__ = ["save", "load", "LoadError"]
 
@@ -53,14 +60,24 @@ class LoadError(ValueError):
 def save(state: dict[str, Any], path: str | os.PathLike) -> None:
     """Write `state` (a nested dict of arrays, Tensors, numbers, strings, None, lists) to `path`.
 
-    `path` is used as given (no ".npz" is appended). Keys must be non-empty strings
-    without "/"; arrays of Python objects are refused (only pickle could store them).
+    `path` is used as given (no ".npz" is appended). Refused with one line naming the place,
+    before anything is written: a key that is not a non-empty `str` without "/", NUL or
+    "\\" (a zip entry's name ends at NUL, and Windows reads "\\" as "/"), or that UTF-8
+    cannot encode; an array of Python objects, of a custom dtype, whose dtype carries
+    metadata (a .npy header holds none of them without pickle), or whose field names are
+    not Latin-1 (a header `load` does not read); a subclass of dict, list,
+    tuple, str, int, float or ndarray (an OrderedDict's or a masked array's additions would
+    be lost: convert it first); more than `MAX_DEPTH` nested dicts and lists.
     """
-    if not isinstance(state, dict):
+    if type(state) is not dict:
         raise TypeError(f"tx.save: state must be a dict, not {type(state).__name__}")
     arrays: dict[str, np.ndarray] = {}
-    tree = _encode(state, "", arrays)
-    arrays[META_KEY] = np.array(json.dumps({"format": FORMAT, "version": VERSION, "tree": tree}))
+    tree = _encode(state, "", arrays, MAX_DEPTH)
+    try:
+        text = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
+    except ValueError as e:  # an int longer than Python converts to text (sys.set_int_max_str_digits)
+        raise ValueError(f"tx.save: {e}") from None
+    arrays[META_KEY] = np.array(text)
     write_atomically(path, lambda f: _write_npz(f, arrays))
 
 
@@ -94,32 +111,69 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
 # Each node of the tree is tagged with its kind: {"dict": {...}}, {"list": [...]},
 # {"array": "entry name"} or {"value": JSON value}, so no user key can be mistaken for markup.
 
-def _encode(value: Any, path: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The tree node for `value`; its arrays go into `arrays` under their paths."""
-    if isinstance(value, dict):
-        return {"dict": {key: _encode(item, _join(path, key), arrays) for key, item in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return {"list": [_encode(item, _join(path, str(i)), arrays) for i, item in enumerate(value)]}
-    if isinstance(value, (Tensor, np.ndarray, np.generic)):
+def _encode(value: Any, path: str, arrays: dict[str, np.ndarray], depth: int) -> dict[str, Any]:
+    """The tree node for `value`; its arrays go into `arrays` under their paths. `depth` counts
+    the dicts and lists still allowed, as `_decode` counts them."""
+    kind = type(value)
+    if kind in (dict, list, tuple) and depth == 0:
+        raise ValueError(f"tx.save: the state nests more than {MAX_DEPTH} dicts and lists deep at "
+                         f"{path!r}, which tx.load refuses (MAX_DEPTH)")
+    if kind is dict:
+        return {"dict": {key: _encode(item, _join(path, key), arrays, depth - 1) for key, item in value.items()}}
+    if kind in (list, tuple):
+        return {"list": [_encode(item, _join(path, str(i)), arrays, depth - 1) for i, item in enumerate(value)]}
+    if isinstance(value, (Tensor, np.generic)) or kind is np.ndarray:
         array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
-        if array.dtype.hasobject:
-            raise TypeError(f"tx.save: {path!r} is an array of Python objects, which only pickle could store")
+        problem = _dtype_problem(array.dtype)
+        if problem:
+            raise TypeError(f"tx.save: the array at {path!r} {problem}")
         arrays[path] = array
         return {"array": path}
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or kind in (bool, int, float, str):
         return {"value": value}
-    raise TypeError(f"tx.save: cannot store a {type(value).__name__} at {path!r}; use arrays, Tensors, "
-                    "numbers, strings, None, and lists or dicts of those")
+    raise TypeError(f"tx.save: cannot store a {kind.__name__} at {path!r}; use arrays, Tensors, numbers, "
+                    "strings, None, and lists or dicts of those (not subclasses: they would come back as "
+                    "their base type)")
+
+
+def _dtype_problem(dtype: np.dtype) -> str | None:
+    """Why a .npy header would not give `dtype` back (None if it would)."""
+    if dtype.hasobject:
+        return "holds Python objects, which only pickle could store"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy warns when a header drops part of a dtype
+        try:
+            descr = np.lib.format.dtype_to_descr(dtype)
+        except UserWarning as warning:
+            return f"has a dtype a .npy file cannot hold ({str(warning).split('.')[0]})"
+    back = np.lib.format.descr_to_dtype(descr)
+    if back != dtype:
+        return f"has dtype {dtype}, which a .npy file gives back as {back}"
+    try:  # the header `load` reads (format 1.0 or 2.0) is Latin-1 text
+        np.lib.format.write_array_header_2_0(io.BytesIO(), {"descr": descr, "fortran_order": False, "shape": ()})
+    except UnicodeEncodeError:
+        return "has field names outside Latin-1, which need .npy format 3.0 (tx.load reads 1.0 and 2.0)"
+    return None
 
 
 def _join(path: str, key: Any) -> str:
-    """`path/key`, refusing keys that would make two paths collide."""
-    if not isinstance(key, str) or not key or SEPARATOR in key:
+    """`path/key`, refusing keys that would make two paths collide or change in the zip."""
+    if type(key) is not str or not key or any(c in key for c in (SEPARATOR, "\0", "\\")):
         raise ValueError(f"tx.save: key {key!r} under {path or 'the top level'!r} must be a non-empty "
-                         f"string without {SEPARATOR!r}")
+                         f"string without {SEPARATOR!r}, NUL or backslash (the zip entry names of arrays "
+                         "are made of keys)")
     if not path and key == META_KEY:
         raise ValueError(f"tx.save: the top-level key {META_KEY!r} is reserved")
-    return f"{path}{SEPARATOR}{key}" if path else key
+    joined = f"{path}{SEPARATOR}{key}" if path else key
+    try:
+        size = len(joined.encode("utf-8")) + len(".npy")
+    except UnicodeEncodeError:
+        raise ValueError(f"tx.save: key {key!r} under {path or 'the top level'!r} is not text UTF-8 "
+                         "can encode (a lone surrogate)") from None
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"tx.save: the key path {joined[:60]!r}... is {size} bytes, longer than a zip "
+                         f"entry name can be ({MAX_NAME_BYTES})")
+    return joined
 
 
 class _DamagedTree(Exception):

@@ -11,12 +11,15 @@ bugs on a machine with no GPU:
 - the array module `xp` (this module's stand-in for `cupy`) accepts NumPy arrays
   only in `asarray`/`array`, the host-to-device transfers;
 - `a.get()` is the explicit copy to the host, as in CuPy;
+- `xp.add.at` adds in a random order at every call, as CuPy's atomic adds do on a GPU
+  (`tinygrad_tx/scatter.py` says why that matters and how the backend avoids it);
 - results are arrays, 0-d ones included, where NumPy gives scalars (np.float32), and
   a strict tensor refuses a NumPy scalar as its data (`StrictBackend.as_array`): the
   CPU backend makes its 0-d results arrays, so this catches values made on the host.
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -170,7 +173,25 @@ class _StrictUfunc:
         return wrap_function(self._ufunc, self.__name__)(*args, **kwargs)
 
     def __getattr__(self, name):
+        if name == "at":
+            return wrap_function(functools.partial(_at_in_any_order, self._ufunc), f"{self.__name__}.at")
         return wrap_function(getattr(self._ufunc, name), f"{self.__name__}.{name}")
+
+
+_atomics = np.random.default_rng()
+
+
+def _at_in_any_order(ufunc: np.ufunc, a: np.ndarray, index: Any, b: Any = None) -> None:
+    """`ufunc.at` with its updates made in a fresh random order at every call, as CuPy's atomic
+    adds are on a GPU: floating-point results then change in their last bits from call to call,
+    which the suite's bit-for-bit tests catch (the backend's `scatter_add` keeps a fixed order)."""
+    position = np.arange(a.size).reshape(a.shape)[index]
+    shuffle = _atomics.permutation(position.size)
+    flat = a.reshape(-1)  # a view: `at` writes in place
+    if b is None:
+        ufunc.at(flat, position.reshape(-1)[shuffle])
+    else:
+        ufunc.at(flat, position.reshape(-1)[shuffle], np.broadcast_to(b, position.shape).reshape(-1)[shuffle])
 
 
 class _StrictModule:

@@ -1,18 +1,22 @@
 """The Tensor: an array on some device, plus the node (`grad_fn`) that made it.
 
-Every method that computes something is one line that hands over to an op in
-`tinygrad_tx.ops`; the math and its gradient live there, side by side.
+Every method that computes something checks its arguments and hands over to an op in
+`tinygrad_tx.ops`, where the math and its gradient live side by side; `backward()` hands
+over to `backward.py`, which walks the graph. The Tensor sits above both: they work on
+nodes and raw arrays, and make tensors of their inputs' class (`Tensor._from_op`).
 """
 from __future__ import annotations
 
 import operator
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import autograd, observers
+from . import observers, ops
 from .backend import Backend, backend_of, get_backend
+from .backward import backward as run_backward, sum_to
+from .function import in_place
 
 DEFAULT_DTYPE = np.float32
 
@@ -33,9 +37,8 @@ class Tensor:
     """
 
     # class-level defaults: a tensor made by an op sets only `data` and `backend` (it is made often)
-    requires_grad, grad, grad_fn, name, _version, _hooks = False, None, None, None, 0, ()
+    requires_grad, grad, grad_fn, name, _hooks = False, None, None, None, ()
     _ready_hooks = ()  # see register_post_accumulate_grad_hook
-    _retains_grad = False  # set by retain_grad(), so that a second call does not count the gradient twice
     __array_ufunc__ = None  # `numpy_array * tensor` defers to Tensor.__rmul__
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None,
@@ -73,9 +76,16 @@ class Tensor:
     # -- the array and what describes it ---------------------------------------------
     def bump_version(self) -> None:
         """Record an in-place change of `.data` (optimizers call this after updating), so a
-        graph that saved the old values refuses to backpropagate instead of being wrong.
+        graph that saved the old values refuses to backpropagate instead of being wrong: also
+        through every tensor that shares this memory (`detach()`, `Tensor(t)`, `Tensor(t.data)`,
+        a view such as a reshape), since the change is recorded by the memory (`in_place`).
         (Replacing `.data` with another array is noticed without this.)"""
-        self._version = next(autograd.clock)
+        in_place.bump(self.backend.memory(self.data))
+
+    @property
+    def _version(self) -> int:
+        """The clock's time of the last in-place change of this tensor's memory (0: none)."""
+        return in_place.time_of(self.backend.memory(self.data))
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Make this leaf require grad (in place) and return it."""
@@ -91,16 +101,21 @@ class Tensor:
     device = property(lambda self: self.backend.name)
     is_leaf = property(lambda self: self.grad_fn is None)
 
+    def _host(self, how: str) -> np.ndarray:
+        """The values on the host (no copy where they already are): the one way they leave the
+        device for Python, so it is shown to observers as a read (`how`): the profiler counts
+        them (on CUDA each waits for the device), `tx.jit` refuses them."""
+        observers.show_read(self, how)
+        return self.backend.to_host(self.data)
+
     def numpy(self) -> np.ndarray:
         """A host (NumPy) copy of the data."""
-        observers.show_read(self)
-        return np.array(self.backend.to_host(self.data), copy=True)
+        return np.array(self._host("read on the host (numpy() or print)"), copy=True)
 
     def item(self) -> float | int:
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, not shape {self.shape}")
-        observers.show_read(self)
-        return self.data.item()
+        return self._host("read on the host (item())").item()
 
     def __float__(self) -> float:  # float(loss), as with NumPy and PyTorch: one element only
         return float(self.item())
@@ -117,8 +132,7 @@ class Tensor:
         backend = get_backend(device)
         if backend is self.backend:
             return self
-        observers.show_read(self, f"copied to {device} (to())")
-        moved = Tensor._from_op(backend.from_host(self.backend.to_host(self.data)), backend)
+        moved = Tensor._from_op(backend.from_host(self._host(f"copied to {device} (to())")), backend)
         moved.requires_grad, moved.name = self.requires_grad, self.name
         return moved
 
@@ -139,8 +153,7 @@ class Tensor:
         if self.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use .any() or .all() on its .numpy(), or compare one element")
-        observers.show_read(self)
-        return bool(self.data.reshape(()).item())
+        return bool(self._host("read on the host (if t: or bool(t))").reshape(()).item())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """`np.asarray(t)` gives the data for a CPU tensor; other devices refuse, as CuPy does,
@@ -148,18 +161,19 @@ class Tensor:
         if self.backend.name != "cpu":
             raise TypeError(f"a {self.device} tensor is not converted to a NumPy array implicitly; "
                             "use .numpy()")
-        observers.show_read(self)
-        return np.array(self.data, dtype=dtype, copy=True) if copy else np.asarray(self.data, dtype=dtype)
+        array = self._host("read on the host (np.asarray(t))")
+        return np.array(array, dtype=dtype, copy=True) if copy else np.asarray(array, dtype=dtype)
 
     # -- autograd --------------------------------------------------------------------
     def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        """Accumulate d self / d leaf into every leaf's `.grad` (see `autograd.run_backward`).
+        """Accumulate d self / d leaf into every leaf's `.grad`: the walk is `backward.py`.
 
         With create_graph=True the graph is kept as well (as in PyTorch): the new
         `.grad` tensors are computed from it, so differentiating them walks it again."""
-        self._backward(grad, retain_graph or create_graph, create_graph, None)
+        run_backward(self, self._seed(grad), retain_graph or create_graph, create_graph, TENSOR_MATH)
 
-    def _backward(self, grad, retain_graph, create_graph, inputs):
+    def _seed(self, grad: Any) -> "Tensor":
+        """The gradient backward starts from (d root / d root: ones when `grad` is None), checked."""
         if not self.requires_grad:
             raise RuntimeError(f"backward() on a tensor of shape {self.shape} that does not require grad: "
                                "no input of its graph has requires_grad=True (or it was made under no_grad)")
@@ -173,15 +187,13 @@ class Tensor:
             raise TypeError(f"backward(): a {grad.dtype} gradient for a {self.dtype} tensor; cast it with .astype()")
         if grad.shape != self.shape:
             raise RuntimeError(f"backward(): gradient of shape {grad.shape} for a tensor of shape {self.shape}")
-        return autograd.run_backward(self, grad, retain_graph, create_graph, inputs)
-
+        return grad
 
     def register_hook(self, hook: Callable[["Tensor"], "Tensor | None"]) -> None:
         """Call `hook(grad)` when this tensor's gradient is ready; a returned tensor replaces it."""
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
-            observers.show_side_effect(f"a hook registered on a tensor of shape {self.shape}")
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -196,22 +208,13 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
-        observers.show_side_effect(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
 
     def retain_grad(self) -> None:
-        """Keep this intermediate tensor's gradient in `.grad` (leaves always keep theirs)."""
-        if self.grad_fn is None or self._retains_grad:
-            return
-        self._retains_grad = True
-        ref = weakref.ref(self)  # a strong reference would be a cycle tensor -> node -> hook -> tensor
-
-        def keep(g):
-            t = ref()
-            if t is not None:
-                t.grad = g if t.grad is None else t.grad + g
-
-        self.register_hook(keep)
+        """Keep this intermediate tensor's gradient in `.grad` (leaves always keep theirs): the
+        gradient that flows on, after every hook registered on it, whenever they were registered."""
+        if self.grad_fn is not None:
+            self.grad_fn.retains = weakref.ref(self)  # weak: a strong one would be a cycle tensor -> node -> tensor
 
     # -- lifting Python numbers and arrays into tensors ------------------------------
     def _lift(self, value: Any) -> "Tensor":
@@ -262,8 +265,8 @@ class Tensor:
     def __truediv__(self, o): return ops.Div.apply(*self._pair(o, "div"))
     def __rtruediv__(self, o): return ops.Div.apply(*reversed(self._pair(o, "div")))
     def __neg__(self): return ops.Neg.apply(self)
-    def __matmul__(self, o): return ops.matmul(*self._pair(o, "matmul"))
-    def __rmatmul__(self, o): return ops.matmul(*reversed(self._pair(o, "matmul")))
+    def __matmul__(self, o): return _matmul(*self._pair(o, "matmul"))
+    def __rmatmul__(self, o): return _matmul(*reversed(self._pair(o, "matmul")))
 
     def __pow__(self, exponent):
         if isinstance(exponent, (int, float)):
@@ -337,7 +340,7 @@ class Tensor:
 
     def sum_to(self, shape: tuple) -> "Tensor":
         """Sum over the axes that broadcasting added or stretched, giving `shape`."""
-        return autograd.sum_to(self, tuple(shape))
+        return sum_to(self, tuple(shape))
 
     # -- shape --------------------------------------------------------------------------
     def reshape(self, *shape) -> "Tensor":
@@ -364,7 +367,9 @@ class Tensor:
         return ops.Expand.apply(self, shape=tuple(shape))
 
     def __getitem__(self, index) -> "Tensor":
-        return ops.getitem(self, index)
+        """`x[index]` for ints, slices, Ellipsis, None, integer arrays (lists, NumPy, Tensors) and boolean masks."""
+        index, advanced, ranges = ops.normalize_index(index, self.backend, self.shape)
+        return ops.Getitem.apply(self, index=index, advanced=advanced, ranges=ranges)
 
     # -- fused ----------------------------------------------------------------------------
     def softmax(self, axis: int = -1) -> "Tensor":
@@ -375,7 +380,7 @@ class Tensor:
 
     def masked_fill(self, mask: Any, value: float) -> "Tensor":
         """Put `value` where `mask` (boolean, broadcastable) is True, as in PyTorch."""
-        return ops.masked_fill(self, mask, value)
+        return ops.MaskedFill.apply(self, mask=ops.as_mask(mask, self.backend, "masked_fill"), value=value)
 
 
 def _host_array(data: Any, dtype: Any) -> np.ndarray:
@@ -390,7 +395,7 @@ def _host_array(data: Any, dtype: Any) -> np.ndarray:
 
 class TensorMath:
     """The array-module functions backward formulas use, on Tensors: an op's `self.xp` while
-    `backward(create_graph=True)` runs its formulas on Tensors (see autograd's "How to add an op")."""
+    `backward(create_graph=True)` runs its formulas on Tensors (see function.py's "How to add an op")."""
 
     exp = staticmethod(lambda x: x.exp())
     log = staticmethod(lambda x: x.log())
@@ -399,9 +404,48 @@ class TensorMath:
     broadcast_to = staticmethod(lambda x, shape: x.expand(shape))
     sign = staticmethod(lambda x: Tensor._from_op(x.backend.xp.sign(x.data), x.backend))  # a constant
     ones_like = staticmethod(lambda x: Tensor._from_op(x.backend.xp.ones_like(x.data), x.backend))  # a constant
-    where = staticmethod(lambda cond, a, b: ops.where(cond, a, b))
+    where = staticmethod(lambda cond, a, b: where(cond, a, b))
 
 
 TENSOR_MATH = TensorMath()
 
-from . import ops  # noqa: E402  (ops import Tensor, so they load after it)
+
+# -- the ways in that are functions: matmul, where, and grad ------------------------------------
+
+def _matmul(x: Tensor, y: Tensor) -> Tensor:
+    """`x @ y` with NumPy's rules, arranged so BLAS sees the largest 2-D products.
+
+    A stack of rows times one matrix, (B, T, k) @ (k, m), becomes one (B·T, k) @ (k, m)
+    product, and its weight gradient one (k, B·T) @ (B·T, m) product, instead of B
+    small ones whose results must then be summed. 1-D operands are treated as NumPy
+    does (a row or a column, dropped from the result).
+    """
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"matmul: scalar operands are not allowed (shapes {x.shape} and {y.shape}); use *")
+    if x.shape[-1] != y.shape[-2 if y.ndim > 1 else 0]:
+        raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not align "
+                         f"({x.shape[-1]} != {y.shape[-2 if y.ndim > 1 else 0]})")
+    if x.ndim == 1:
+        return _matmul(x.reshape(1, -1), y).reshape(*y.shape[:-2], y.shape[-1]) if y.ndim > 1 \
+            else (x * y).sum()
+    if y.ndim == 1:
+        return _matmul(x, y.reshape(-1, 1)).reshape(x.shape[:-1])
+    if y.ndim == 2 and x.ndim > 2:
+        flat = ops.MatMul.apply(ops.as_rows(x), y)  # (B·T, m)
+        return flat.reshape(*x.shape[:-1], y.shape[-1])
+    return ops.MatMul.apply(x, y)
+
+
+def where(cond: Any, a: Any, b: Any) -> Tensor:
+    """Elementwise `a if cond else b` (cond boolean; numbers take the tensor's dtype)."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = Tensor(a)
+    a, b = (a._pair(b, "where") if isinstance(a, Tensor) else reversed(b._pair(a, "where")))
+    return ops.Where.apply(a, b, cond=ops.as_mask(cond, a.backend, "where"))
+
+
+def grad(output: Tensor, inputs: Sequence[Tensor], grad_output: Any = None,
+         retain_graph: bool = False, create_graph: bool = False) -> list:
+    """d output / d inputs without touching any `.grad` (PyTorch's `autograd.grad`)."""
+    return run_backward(output, output._seed(grad_output), retain_graph or create_graph, create_graph,
+                        TENSOR_MATH, targets=inputs)

@@ -1,10 +1,5 @@
-"""The command line: `python -m models train | evaluate | translate | tasks`.
-
-    python -m models train --task reverse            # trains, checkpoints, prints samples
-    python -m models evaluate --checkpoint runs/reverse --json
-    python -m models translate --checkpoint runs/reverse "abcdef" --attention attention.png
-    python -m models tasks
-    python -m models explore runs/reverse                # the browser explorer (graph, translate, training)
+"""The command line, `python -m models COMMAND`: its commands and an example of each are in
+`EXAMPLES` below, which `python -m models --help` shows.
 
 Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
 print one line saying what is wrong and exit with status 2; nothing is overwritten.
@@ -21,16 +16,16 @@ import sys
 import time
 from dataclasses import fields
 
-from threadpoolctl import threadpool_limits
-
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 
-from .corpus import Sources, describe, group_references, normalise, read_corpus
+from .corpus import Sources, describe, group_references, normalise, read_corpus, text_lines
 from ..text.data import EOS, DataError
-from .evaluation import BEAM, LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score, translate
+from .evaluation import (BEAM, LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score,
+                         summary, translate)
 from .plots import check_picture_path, plot_attention
-from .ranks import EveryRankError, together
+from .progress import progress
+from .ranks import EveryRankError, parsed_together, together
 from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
@@ -42,16 +37,30 @@ from .tuning import keep_decoding
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
 
+EXAMPLES = """examples:
+  python -m models tasks                                # the built-in tasks, an example pair each
+  python -m models train --task reverse                 # train into runs/reverse
+  python -m models train --out runs/reverse --resume    # continue it where it stopped
+  python -m models evaluate --run runs/reverse          # score it on its held-out pairs
+  python -m models translate --run runs/reverse abcdef  # or lines on standard input
+  python -m models corpus pairs.tsv                     # what is in a source<TAB>target file
+  python -m models train --data pairs.tsv               # train on it
+  python -m models explore runs/reverse                 # look inside in the browser
+
+`python -m models COMMAND --help` lists a command's options."""
+
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else argv
-    threadpool_limits(args.threads, user_api="blas")
     try:
-        if args.command == "train":
-            dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
-        if args.command not in ("tasks", "corpus"):
-            tx.set_device(args.device)  # fails here, with the fix, when CUDA is unavailable
+        if dist.launched_by_mpi():  # every rank parses its command line before any waits for the others
+            args = parsed_together(lambda: parser().parse_args(argv))
+            if args is None:  # --help, printed
+                sys.exit(0)
+        else:
+            args = parser().parse_args(argv)
+        args.argv = sys.argv[1:] if argv is None else argv  # what `train` runs again on every process it starts
+        if hasattr(args, "device"):  # the commands that compute
+            take_device_and_threads(args)
         args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
     except USER_ERRORS as e:
@@ -65,9 +74,21 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
 
 
+def take_device_and_threads(args: argparse.Namespace) -> None:
+    """--device, else $TINYGRAD_TX_DEVICE, else cpu (never a silent CPU: CUDA unavailable fails here,
+    saying how to fix it); --threads, else the library's default."""
+    args.device = args.device or tx.default_device()
+    if args.threads is not None:
+        tx.set_num_threads(args.threads)
+    if args.command == "train":
+        dist.init(args.device)  # under mpiexec: join the job, each rank on its own GPU
+    tx.set_device(args.device)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m models", description="Train and use toy translation transformers.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="python -m models", description="Train and use toy translation transformers.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
     add_arguments(train)
@@ -77,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     train.set_defaults(run=run_train)
 
     evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")
-    evaluate.add_argument("--checkpoint", required=True, help="a run directory written by train")
+    add_run_dir(evaluate)
     add_decoding_arguments(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--by-length", action="store_true", help="also show exact match by source length")
@@ -85,8 +106,9 @@ def parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=run_evaluate)
 
     tr = sub.add_parser("translate", help="translate sentences (arguments, or lines on standard input)")
-    tr.add_argument("--checkpoint", required=True, help="a run directory written by train")
-    tr.add_argument("sentences", nargs="*")
+    add_run_dir(tr)
+    tr.add_argument("sentences", nargs="*", metavar="SENTENCE",
+                    help="sentences to translate, one output line each; none: each line of standard input")
     add_decoding_arguments(tr)
     tr.add_argument("--attention", metavar="OUT.png", help="draw the first sentence's cross-attention")
     tr.set_defaults(run=run_translate)
@@ -96,11 +118,14 @@ def parser() -> argparse.ArgumentParser:
     tasks.set_defaults(run=run_tasks)
 
     corpus = sub.add_parser("corpus", help="describe a source<TAB>target corpus before training on it")
-    corpus.add_argument("file")
-    corpus.add_argument("--src-col", type=int, default=1)
-    corpus.add_argument("--tgt-col", type=int, default=2)
-    corpus.add_argument("--tokenizer", choices=KINDS, default=TrainSettings.tokenizer)
-    corpus.add_argument("--vocab-size", type=int, default=None, help="default: what train would pick for the file")
+    corpus.add_argument("file", metavar="FILE", help="source<TAB>target[<TAB>ignored...] lines, as train --data reads")
+    corpus.add_argument("--src-col", type=int, default=1, metavar="N", help="the column (1-based) holding the source "
+                                                                           "(default 1)")
+    corpus.add_argument("--tgt-col", type=int, default=2, metavar="N", help="the column holding the target (default 2)")
+    corpus.add_argument("--tokenizer", choices=KINDS, default=TrainSettings.tokenizer,
+                        help=f"the tokens to count and preview (default {TrainSettings.tokenizer}, as train's)")
+    corpus.add_argument("--vocab-size", type=int, default=None, metavar="N",
+                        help="default: what train would pick for the file")
     corpus.set_defaults(run=run_corpus)
 
     explore = sub.add_parser("explore", help="look inside a trained run in the browser: graph, backward, "
@@ -110,13 +135,17 @@ def parser() -> argparse.ArgumentParser:
     explore.add_argument("--host", default="127.0.0.1",
                          help="default 127.0.0.1 (this machine only); another address lets others in")
     explore.add_argument("--open", action="store_true", help="open the page in the default browser")
+    explore.add_argument("--html", metavar="FILE", default=None,
+                         help="write the page as one self-contained file instead of serving it (the step, its walk "
+                              "and one translation; it opens from disk with no server)")
     explore.set_defaults(run=run_explore)
-    for command in (train, evaluate, tr, tasks, corpus, explore):
-        command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (NumPy) or cuda (CuPy)")
-        command.add_argument("--threads", type=positive, default=1,
-                             help="BLAS threads (default 1: beside another busy process, more threads spin "
-                                  "against each other and a step gets slower; "
-                                  "benchmarks/threads.py measures it)")
+    for command in (train, evaluate, tr, explore):
+        command.add_argument("--device", choices=["cpu", "cuda"],
+                             help="cpu (NumPy) or cuda (CuPy); default: $TINYGRAD_TX_DEVICE, else cpu")
+        command.add_argument("--threads", type=positive, metavar="N",
+                             help="BLAS threads (default: the library's, tx.get_num_threads(), 1 unless "
+                                  "OPENBLAS_NUM_THREADS says otherwise: beside another busy process more threads "
+                                  "spin against it; benchmarks/threads.py measures it)")
     return p
 
 
@@ -135,6 +164,23 @@ def decoding(run: Run, args: argparse.Namespace) -> tuple[int, float]:
             penalty if args.length_penalty is None else args.length_penalty)
 
 
+def add_run_dir(command: argparse.ArgumentParser) -> None:
+    """--run RUN_DIR, which --checkpoint, its old name, still sets (saying so)."""
+    either = command.add_mutually_exclusive_group(required=True)
+    either.add_argument("--run", dest="run_dir", metavar="RUN_DIR", action=OldName,
+                        help="a run directory written by train (--checkpoint, its old name, still works)")
+    either.add_argument("--checkpoint", dest="run_dir", metavar="RUN_DIR", action=OldName, help=argparse.SUPPRESS)
+
+
+class OldName(argparse.Action):
+    """Stores the option's value; its old spelling also says the new one on standard error."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string == "--checkpoint":
+            print("note: --checkpoint is now called --run (it names a run directory)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -150,35 +196,33 @@ def run_train(args: argparse.Namespace) -> None:
     processes = train_processes(args.processes, settings)
     if processes > 1:
         sys.exit(launch(processes, args.argv, started))
-    from tqdm import tqdm
-
     trainer = Trainer(settings, started)
     trainer.start()
-    ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
     say = print if trainer.main else (lambda *_: None)
     data = trainer.data
     for note in data.notes:
         say(f"note: {note}")
     if data.dropped:
         say(f"left out {data.dropped} pairs longer than --max-len {settings.max_len} tokens")
+    say(where_and_how(trainer))
     kinds = " -> ".join(t.kind for t in data.tokenizers)
-    epochs = f"about {settings.steps * settings.batch_size / max(1, len(data.train_pairs)):.0f} epochs"
+    passes = epochs(settings.steps * settings.batch_size / max(1, len(data.train_pairs)))
     length = (f"as many steps of {settings.batch_size} as fit in --time {settings.time} (at most {settings.steps}, "
-              f"{epochs}), chosen once it has timed itself" if not trainer.planned
-              else f"{settings.steps} steps of {settings.batch_size} ({epochs})")
+              f"{passes}), chosen once it has timed itself" if not trainer.planned
+              else f"{settings.steps} steps of {settings.batch_size} ({passes})")
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
-        f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters{ranks}, "
-        f"{length}, run directory {trainer.dir}")
-    with tqdm(total=settings.steps, initial=trainer.step, unit="step", dynamic_ncols=True,
-              disable=not trainer.main) as progress:
-        outcome = trainer.train(progress)
+        f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters, {length}")
+    began = time.perf_counter()
+    with progress(settings.steps, trainer.step, enabled=trainer.main) as bar:
+        outcome = trainer.train(bar)
     if outcome == "interrupted":
-        say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with --resume")
+        say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with "
+            f"python -m models train --out {trainer.dir} --resume")
         sys.exit(130)
     if outcome == "out of time":
         say(f"--time {settings.time} ran out at step {trainer.step} of the {settings.steps} it chose (the machine got "
             f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
-    say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - started:.0f} s")
+    say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
     if trainer.main:
         chosen = keep_decoding(trainer.dir, settings, trainer.budget)
         say(describe_decoding(chosen))
@@ -225,9 +269,26 @@ def decoding_name(beam: int, penalty: float) -> str:
     return f"beam {beam}" + ("" if penalty == LENGTH_PENALTY else f", length penalty {penalty:g}")
 
 
+def where_and_how(trainer: Trainer) -> str:
+    """`new run runs/x: device cpu, 1 BLAS thread, 1 process`: what a user would otherwise have to guess."""
+    s, n = trainer.s, dist.world_size()
+    device = s.device + (" (from TINYGRAD_TX_DEVICE)" if os.environ.get("TINYGRAD_TX_DEVICE") == s.device else "")
+    threads = tx.get_num_threads()
+    run = f"resuming {trainer.dir} at step {trainer.step}" if s.resume else f"new run {trainer.dir}"
+    return (f"{run}: device {device}, {threads} BLAS thread{'s' * (threads > 1)}"
+            f"{' each' if n > 1 else ''}, {n} process{'es' * (n > 1)}")
+
+
+def epochs(n: float) -> str:
+    """How much of the training pairs the steps go through: "about 25 epochs", "6% of an epoch"."""
+    if n >= 1.5:
+        return f"about {n:.0f} epochs"
+    return "about 1 epoch" if n >= 0.95 else f"{100 * n:.2g}% of an epoch"
+
+
 def run_evaluate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
-    run = open_run(args.checkpoint, args.device)
+    run = open_run(args.run_dir, args.device)
     sources = group_references(read_corpus(args.data).pairs) if args.data else None
     report(run, decoding(run, args), args.json, args.by_length, sources)
 
@@ -252,25 +313,27 @@ def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool =
         print(json.dumps({**metrics, "by_length": table} if lengths else metrics))
         return
     print(f"{where} ({metrics['n']} sources, {metrics['references']} references, {decoding_name(beam, penalty)}): "
-          f"exact match "
-          f"{metrics['exact_match']:.2f}%, token accuracy {metrics['token_accuracy']:.2f}%, "
-          f"BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
+          f"{summary(metrics)}")
     if table:
         print(f"exact match by source length ({run.tokenizers[0].kind} tokens):")
         for length, n, exact in table:
             print(f"  {length:4d} tokens: {exact:6.2f}% of {n}")
-    for (source, refs), output in list(zip(sources, outputs))[:5]:
-        right = output in refs
-        print(f"  {'✓' if right else '✗'} {source!r} -> {output!r}" + ("" if right else f"  (reference {refs[0]!r})"))
+    for right in (True, False):  # the misses as well as the hits
+        picked = [(s, refs, out) for (s, refs), out in zip(sources, outputs) if (out in refs) == right]
+        print(f"{len(picked)} of {len(outputs)} {'right' if right else 'missed'}" + (", for example:" * bool(picked)))
+        for source, refs, output in picked[:3]:
+            reference = "" if right else f"  (reference {refs[0]!r})"
+            print(f"  {'✓' if right else '✗'} {source!r} -> {output!r}{reference}")
 
 
 def run_translate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
     if args.attention:
         check_picture_path(args.attention)
-    run = open_run(args.checkpoint, args.device)
-    # one output line per input line; the same normalisation as the training pairs got
-    sentences = [normalise(text) for text in args.sentences or sys.stdin.read().splitlines()]
+    run = open_run(args.run_dir, args.device)
+    # one output line per input line, a line being what it is in a corpus file; normalised as the pairs were
+    lines = args.sentences or text_lines(sys.stdin.buffer.read(), "standard input")
+    sentences = [normalise(text) for text in lines]
     if not sentences:
         raise ValueError("nothing to translate: give sentences as arguments or on standard input")
     src_tok, tgt_tok = run.tokenizers
@@ -299,8 +362,14 @@ def run_translate(args: argparse.Namespace) -> None:
 
 
 def run_explore(args: argparse.Namespace) -> None:
-    from .explore import open_explorer
+    from .explore import open_explorer, save_page
+    from .explore_files import wait_for_run_json
 
+    if args.html:
+        save_page(args.run_dir, args.html, args.device)
+        print(f"explorer page written to {args.html}", file=sys.stderr)
+        return
+    wait_for_run_json(args.run_dir)  # a run `train` has just started: from its first second
     explorer = open_explorer(args.run_dir, args.device)  # a bad run directory stops here, before any server
     try:
         explorer.serve(args.host, args.port, args.open)

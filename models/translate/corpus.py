@@ -58,22 +58,32 @@ class Corpus:
                 f"source and {self.tgt_col} as target, ignoring the others")
 
 
-def _lines(path: Path):
-    """(line number, text) of each non-blank line: BOM and LF, CR/LF or CR endings removed, UTF-8 checked.
+def text_lines(data: bytes, where: str) -> list[str]:
+    """The lines of `data`, as every reader of this app splits text: UTF-8 checked, BOM removed,
+    split at LF (a CR before it removed), or at CR in text without a single LF (old Mac endings).
 
-    A file without a single LF is split at CRs (old Mac endings); in any other file a lone CR is
-    whitespace inside a line, as before."""
-    if not path.is_file():
-        raise DataError(f"corpus file not found: {path}")
-    data = path.read_bytes()
+    Nothing else ends a line: in text with LFs a lone CR is whitespace inside a line, and so are
+    a form feed, \\x0b, \\x1c-\\x1e, \\x85, U+2028 and U+2029, at all of which `str.splitlines()`
+    would cut (`normalise` makes them spaces). A last line needs no ending; blank lines are kept."""
     ending = b"\r" if b"\n" not in data else b"\n"
-    for lineno, raw in enumerate(data.split(ending), start=1):
+    raws = data.split(ending)
+    if raws[-1] == b"":
+        raws.pop()  # the ending of the last line, or no text at all
+    lines = []
+    for lineno, raw in enumerate(raws, start=1):
         try:
             line = raw.decode("utf-8").removesuffix("\r")
         except UnicodeDecodeError as e:
-            raise DataError(f"{path}, line {lineno}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-        if lineno == 1:
-            line = line.removeprefix("\ufeff")  # byte-order mark some editors write
+            raise DataError(f"{where}, line {lineno}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        lines.append(line.removeprefix("\ufeff") if lineno == 1 else line)  # a byte-order mark some editors write
+    return lines
+
+
+def _lines(path: Path):
+    """(line number, text) of each non-blank line of a corpus file."""
+    if not path.is_file():
+        raise DataError(f"corpus file not found: {path}")
+    for lineno, line in enumerate(text_lines(path.read_bytes(), str(path)), start=1):
         if line.strip():
             yield lineno, line
 

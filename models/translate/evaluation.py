@@ -3,7 +3,8 @@
 Exact match (the whole output is one of the references), token accuracy (position
 by position against the closest reference) and corpus BLEU and chrF from sacrebleu
 (the standard implementation, so numbers compare with papers), with every
-reference a held-out source has.
+reference a held-out source has. BLEU needs 4-grams: on shorter sentences `summary`
+says so and leads with exact match and chrF.
 """
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def score(hypotheses: Sequence[str], references: Sequence[Sequence[str]], tokeni
     exact_match: the output is one of the references; token_accuracy: position by
     position against the reference it matches best, over that reference's length
     (both in %); bleu and chrf: sacrebleu's corpus scores with all references;
-    n: sources scored, references: references used.
+    n: sources scored, references: references used; bleu_defined: some output has 4 tokens
+    (else BLEU is 0 by its definition, whatever the outputs).
     """
     import sacrebleu
 
@@ -103,7 +105,23 @@ def score(hypotheses: Sequence[str], references: Sequence[Sequence[str]], tokeni
     bleu = sacrebleu.corpus_bleu(list(hypotheses), streams, tokenize="char" if tokenizer.kind == "char" else "13a")
     chrf = sacrebleu.corpus_chrf(list(hypotheses), streams)
     return {"exact_match": 100.0 * exact / max(n, 1), "token_accuracy": 100.0 * right / max(total, 1),
-            "bleu": bleu.score, "chrf": chrf.score, "n": n, "references": sum(map(len, references))}
+            "bleu": bleu.score, "chrf": chrf.score, "n": n, "references": sum(map(len, references)),
+            "bleu_defined": bleu.totals[-1] > 0}
+
+
+def summary(metrics: dict, digits: int = 2) -> str:
+    """The scores in one line, those that mean something first.
+
+    BLEU is a geometric mean over 1- to 4-gram precisions, so where no output has 4 tokens
+    (3-word sentences) it is 0 however right the outputs are (sacrebleu's definition, as the
+    paper's); then the line says so and leads with exact match and chrF, which count whole
+    sentences and characters."""
+    exact, chrf = f"exact match {metrics['exact_match']:.{digits}f}%", f"chrF {metrics['chrf']:.{digits}f}"
+    tokens, bleu = f"token accuracy {metrics['token_accuracy']:.{digits}f}%", f"BLEU {metrics['bleu']:.{digits}f}"
+    if metrics["bleu_defined"]:
+        return f"{exact}, {tokens}, {bleu}, {chrf}"
+    return (f"{exact}, {chrf}, {tokens}, {bleu} (no output has 4 tokens, so BLEU, which counts 4-grams, "
+            "says nothing here: read exact match and chrF)")
 
 
 def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[Sequence[str]],

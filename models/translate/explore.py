@@ -1,165 +1,274 @@
-"""`python -m models explore RUN_DIR`: the browser explorer on a trained translation run.
+"""`python -m models explore RUN_DIR`: the browser explorer on a translation run, live while it trains.
 
 The engine's explorer (`tinygrad_tx.inspect.explorer`) serves the page and the views
 of a step graph; this file adds what only a translation run has:
 - the graph of one training step on a real batch (the first validation pairs), in
-  training mode, so dropout and the label-smoothed loss are in it as they are in training;
+  training mode, so dropout and the label-smoothed loss are in it as they are in
+  training, with last.npz's weights;
 - translate: a sentence's pieces, the beam search as a tree, and the attention of
-  every layer and head, computed by the same `translate` the CLI uses;
-- training: the run's metrics.jsonl, sent again whenever the trainer appends to it
-  (server-sent events), and the attention of one sentence at each kept checkpoint.
+  every layer and head, computed by the same `translate` the CLI uses, with best.npz
+  (as `python -m models translate` does);
+- training: the run's metrics.jsonl and its list of checkpoints, sent again whenever
+  they change (server-sent events), and the attention of one sentence at each kept
+  checkpoint;
+- a guided tour of the step (explore_tour.py).
+Live means live: each view reads its checkpoint as it is on disk now (explore_files.py
+loads a file again whenever it changed) and says which checkpoint and step it shows.
+A run that has no checkpoint yet (before its first validation) can be opened at
+once: those views say they wait for it, and fill in when it appears.
 """
 from __future__ import annotations
 
+import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote
 
 import numpy as np
 
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx.inspect import attention_maps
-from tinygrad_tx.inspect.explorer import BadRequest, Explorer, StepRecord, step_endpoints
-from tinygrad_tx.inspect.explorer.arrays import number
+from tinygrad_tx.inspect.explorer import (BadRequest, Explorer, SavedPage, StepRecord, Waiting, step_answers,
+                                          step_endpoints)
+from tinygrad_tx.inspect.explorer.export import check_page_path, write_page
+from tinygrad_tx.inspect.explorer.params import text, whole
 
 from .corpus import normalise
-from ..text.data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
+from ..text.data import BOS_ID, EOS, EOS_ID, PAD, PAD_ID, encode_pairs, pad
+from ..transformer import Transformer
 from .evaluation import InputTooLong, encode_sources, translate
-from .run import SNAPSHOTS, Run, load_model, open_run, read_metrics
+from .explore_files import CHECKPOINTS, Checkpoints, RunFiles, read_run_files, stamp
+from .explore_tour import tour
+from .run import RunError, chosen_decoding, read_metrics
 from ..beam_tree import BeamTree
 
 STEP_PAIRS = 4
 """The batch of the step graph: this many validation pairs (a small graph a learner can follow)."""
 MAX_BEAM = 16
-CHECKPOINTS = ("best.npz", "last.npz")
 POLL_S = 0.5
-"""How often the training stream looks at metrics.jsonl."""
+"""How often the training stream looks at metrics.jsonl and the checkpoints."""
 KEEP_ALIVE_S = 10.0
 
 
 def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
-    """The explorer of a run directory; a missing or damaged run raises RunError before anything is served."""
-    views = RunViews(open_run(directory, device))
+    """The explorer of a run directory; a missing or damaged run raises RunError before anything is served.
+    A run with no checkpoint yet is served at once."""
+    views = RunViews(read_run_files(Path(directory)), device)
     return Explorer(get={**step_endpoints(views.record), "/api/info": views.info, "/api/metrics": views.metrics,
-                         "/api/checkpoint_attention": views.checkpoint_attention},
+                         "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour},
                     post={"/api/translate": views.translate},
                     streams={"/api/events/metrics": views.metric_events})
+
+
+def save_page(directory: str | Path, path: str | Path, device: str = "cpu") -> SavedPage:
+    """`explore RUN_DIR --html FILE`: the page as one file that needs no server (export.py). The path is
+    checked before any work; a run with no checkpoint yet has nothing to save (RunError)."""
+    check_page_path(path)
+    views = RunViews(read_run_files(Path(directory)), device)
+    try:
+        answers = views.answers()
+    except Waiting as e:
+        raise RunError(f"nothing to save yet: {e}") from None
+    return write_page(answers, path)
 
 
 class RunViews:
     """The endpoints of one run (each takes the request's parameters and returns JSON)."""
 
-    def __init__(self, run: Run):
-        self.run = run
-        self.record = StepRecord(self._training_loss, ())
-        self._models = {"best.npz": run.model}
+    def __init__(self, files: RunFiles, device: str = "cpu"):
+        self.files = files
+        self.checkpoints = Checkpoints(files, device)
+        self._record: tuple[dict, StepRecord] | None = None
+
+    def _decoding(self) -> tuple[int, float]:
+        """The beam width and length penalty the run chose on its validation set (the defaults
+        until training ends)."""
+        return chosen_decoding(self.files.directory, self.files.settings)
 
     def info(self, params: dict) -> dict:
-        settings = self.run.settings.get("settings", {})
+        settings = self.files.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
-        return {"title": f"{self.run.directory.name}: {what}", "views": ["graph", "translate", "training", "compiled"],
-                "example": self.run.held_out("valid")[0][0], "beam": self.run.decoding()[0], "max_beam": MAX_BEAM}
+        return {"title": f"{self.files.directory.name}: {what}",
+                "views": ["graph", "translate", "training", "compiled"],
+                "example": self.files.valid[0][0], "beam": self._decoding()[0], "max_beam": MAX_BEAM,
+                "live": True, "tour": True}
 
-    def _training_loss(self) -> tx.Tensor:
-        """The loss of one training step on the first validation pairs (training mode, fixed seed)."""
-        pairs = [(s, refs[0]) for s, refs in self.run.held_out("valid")[:STEP_PAIRS]]
-        src_ids, tgt_ids = encode_pairs(pairs, self.run.src_vocab, self.run.tgt_vocab, self.run.tokenizers)
-        src, tgt_in, tgt_out = pad(src_ids), pad([[BOS_ID] + t for t in tgt_ids]), pad([t + [EOS_ID] for t in tgt_ids])
-        model, smoothing = self.run.model, self.run.settings["settings"].get("label_smoothing", 0.0)
+    # -- the step graph ---------------------------------------------------------------------
+    def record(self) -> StepRecord:
+        """The step graph with last.npz's weights as they are now (made again when the file changed)."""
+        model, about = self.checkpoints.get("last.npz", "the graph of a training step")
+        if self._record is None or self._record[0] is not about:
+            self.batch = batch = self._batch()
+            # a partial, not a closure: no frame of the explorer's between the loss line and the model's
+            record = StepRecord(partial(self._training_loss, model, *batch), (),
+                                labels=_token_labels(batch, self.files))
+            record.about = about
+            self._record = (about, record)
+        return self._record[1]
+
+    def _batch(self) -> tuple[np.ndarray, np.ndarray, tx.Tensor]:
+        """The first validation pairs as source ids, decoder input ids and target ids (B, S), (B, T), (B, T)."""
+        files = self.files
+        pairs = [(s, refs[0]) for s, refs in files.valid[:STEP_PAIRS]]
+        src_ids, tgt_ids = encode_pairs(pairs, files.src_vocab, files.tgt_vocab, files.tokenizers)
+        targets = tx.Tensor(pad([t + [EOS_ID] for t in tgt_ids]), name="target ids")
+        return pad(src_ids), pad([[BOS_ID] + t for t in tgt_ids]), targets
+
+    def _training_loss(self, model: Transformer, src: np.ndarray, tgt_in: np.ndarray, tgt_out: tx.Tensor) -> tx.Tensor:
+        """The loss of one training step (training mode, dropout with a fixed seed)."""
+        smoothing = self.files.settings["settings"].get("label_smoothing", 0.0)
         tx.manual_seed(0)
         model.train()
         try:
-            logits = model(src, tgt_in)  # (B, T, V)
+            logits = model(tx.Tensor(src, name="source ids"), tx.Tensor(tgt_in, name="decoder input ids"))  # (B, T, V)
             return F.cross_entropy(logits, tgt_out, ignore_index=PAD_ID, label_smoothing=smoothing)
         finally:
             model.eval()
+
+    def tour(self, params: dict) -> dict:
+        try:
+            record = self.record()
+        except Waiting as e:
+            return {"waiting": str(e)}
+        return {"stops": tour(record, self.files, self.batch), "shows": record.about}
 
     # -- translate -------------------------------------------------------------------------
     def translate(self, params: dict) -> dict:
         """A sentence's pieces, its translation, the beam-search tree and every attention map; or,
         for a sentence the model cannot take, {"problem": why} (a fine request, with a sad answer)."""
-        text, beam = _text(params.get("sentence")), _beam(params.get("beam", self.run.decoding()[0]))
+        sentence = text(params.get("sentence"), "sentence")
+        beam = whole(params.get("beam", self._decoding()[0]), "beam", 1, MAX_BEAM)
         try:
-            return self._translate(_sentence(text), beam)
+            model, about = self.checkpoints.get("best.npz", "translation")
+        except Waiting as e:
+            return {"waiting": str(e)}
+        try:
+            return {**self._translate(model, _sentence(sentence), beam), "shows": about}
         except (Untranslatable, InputTooLong) as e:
-            return {"problem": str(e)}
+            return {"problem": str(e), "shows": about}
 
-    def _translate(self, sentence: str, beam: int) -> dict:
-        run, (src_tok, tgt_tok) = self.run, self.run.tokenizers
-        pieces = src_tok.encode(sentence)
-        if not pieces:
-            raise Untranslatable("the sentence has no tokens: type something to translate")
-        known = [p in run.src_vocab.ids for p in pieces]
-        if not any(known):
-            raise Untranslatable(f"none of its pieces ({', '.join(map(repr, pieces[:8]))}) occurred in training: "
-                                 "the model would read only <unk>")
+    def _translate(self, model: Transformer, sentence: str, beam: int) -> dict:
+        files, (src_tok, tgt_tok) = self.files, self.files.tokenizers
+        pieces = self._pieces(sentence)
         tree = BeamTree()
         started = time.perf_counter()
-        output = translate(run.model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, beam, record=tree,
-                           length_penalty=run.decoding()[1])[0]
+        output = translate(model, [sentence], files.src_vocab, files.tgt_vocab, files.tokenizers, beam, record=tree,
+                           length_penalty=self._decoding()[1])[0]
         seconds = time.perf_counter() - started
         out_pieces = tgt_tok.encode(output)
-        out_ids = run.tgt_vocab.encode(out_pieces)
+        out_ids = files.tgt_vocab.encode(out_pieces)
         nodes = tree.nodes()
         for node in nodes:
-            node["piece"] = run.tgt_vocab.tokens[node["token"]]
-        maps = attention(run.model, encode_sources([sentence], run.src_vocab, src_tok, run.model.config.max_len),
-                         out_ids, pieces, out_pieces)
-        return {"sentence": sentence, "beam": beam, "output": output, "seconds": seconds,
-                "pieces": [{"piece": p, "id": i, "known": k}
-                           for p, i, k in zip(pieces, run.src_vocab.encode(pieces), known)],
+            node["piece"] = files.tgt_vocab.tokens[node["token"]]
+        maps = attention(model, encode_sources([sentence], files.src_vocab, src_tok, model.config.max_len),
+                         out_ids, [p["piece"] for p in pieces], out_pieces)
+        return {"sentence": sentence, "beam": beam, "output": output, "seconds": seconds, "pieces": pieces,
                 "output_pieces": out_pieces + [EOS], "tree": nodes, "winner": tree.path(out_ids + [EOS_ID]),
                 "attention": maps, "alignment": np.mean(last_cross(maps)["heads"], axis=0).tolist()}
 
-    # -- training --------------------------------------------------------------------------
-    def kept_checkpoints(self) -> list[str]:
-        """The snapshots of `train --snapshots` in step order, then last.npz and best.npz: the names
-        the page may ask for (looked up in this list, never joined to a path as given)."""
-        snapshots = [f"{SNAPSHOTS}/{path.name}" for path in sorted(self.run.directory.glob(f"{SNAPSHOTS}/step_*.npz"))]
-        return snapshots + [name for name in reversed(CHECKPOINTS) if (self.run.directory / name).is_file()]
+    def _pieces(self, sentence: str) -> list[dict]:
+        """The pieces the model reads, each with its id and whether training ever saw it; a sentence
+        with no piece it knows is Untranslatable."""
+        files = self.files
+        pieces = files.tokenizers[0].encode(sentence)
+        if not pieces:
+            raise Untranslatable("the sentence has no tokens: type something to translate")
+        known = [p in files.src_vocab.ids for p in pieces]
+        if not any(known):
+            raise Untranslatable(f"none of its pieces ({', '.join(map(repr, pieces[:8]))}) occurred in training: "
+                                 "the model would read only <unk>")
+        return [{"piece": p, "id": i, "known": k} for p, i, k in zip(pieces, files.src_vocab.encode(pieces), known)]
 
+    # -- training --------------------------------------------------------------------------
     def metrics(self, params: dict) -> dict:
-        return {"records": finite_metrics(self.run.directory / "metrics.jsonl"), "checkpoints": self.kept_checkpoints()}
+        return {"records": read_metrics(self.files.directory / "metrics.jsonl"),
+                "checkpoints": self.checkpoints.names()}
 
     def metric_events(self, params: dict) -> Iterator[dict]:
-        """The records of metrics.jsonl as they are appended: all of them first, then each new batch
-        (and an empty one every KEEP_ALIVE_S, by which the server learns that a tab was closed)."""
-        path, sent, size, quiet = self.run.directory / "metrics.jsonl", 0, -1, 0.0
+        """The run's news: the records of metrics.jsonl as they are appended, the list of kept
+        checkpoints and a version of last.npz and best.npz (which change when `train` writes them
+        again): all of it first, then whenever something changed (and an empty event every
+        KEEP_ALIVE_S, by which the server learns that a tab was closed)."""
+        path, sent, size, seen, quiet = self.files.directory / "metrics.jsonl", 0, -1, None, 0.0
         while True:
-            now = path.stat().st_size if path.is_file() else 0
-            if now != size or quiet >= KEEP_ALIVE_S:
-                records = finite_metrics(path) if now != size else []
+            now, kept = (path.stat().st_size if path.is_file() else 0), self.checkpoints.names()
+            versions = {name: "-".join(map(str, stamp(self.files.directory / name) or ())) for name in CHECKPOINTS}
+            if now != size or (kept, versions) != seen or quiet >= KEEP_ALIVE_S:
+                records = read_metrics(path) if now != size else []
                 if len(records) < sent and now != size:  # rewritten shorter (a resumed run): start again
                     sent = 0
-                yield {"from": sent, "records": records[sent:]}
-                sent, size, quiet = max(sent, len(records)), now, 0.0
+                yield {"from": sent, "records": records[sent:], "checkpoints": kept, "versions": versions}
+                sent, size, seen, quiet = max(sent, len(records)), now, (kept, versions), 0.0
             time.sleep(POLL_S)
             quiet += POLL_S
 
     def checkpoint_attention(self, params: dict) -> dict:
         """The cross-attention (last decoder layer) of one sentence under a kept checkpoint."""
-        name, kept = params.get("name"), self.kept_checkpoints()
+        name, kept = params.get("name"), self.checkpoints.names()
         if name not in kept:
-            raise BadRequest(f"checkpoint must be one this run kept: {', '.join(kept)}")
-        if name not in self._models:
-            self._models[name] = load_model(self.run.directory / name).to(self.run.model.device).eval()
-        model, (src_tok, tgt_tok) = self._models[name], self.run.tokenizers
-        run = self.run
+            raise BadRequest(f"checkpoint must be one this run kept: {', '.join(kept) or 'none yet'}")
+        sentence = text(params.get("sentence"), "sentence")
         try:
-            sentence = _sentence(_text(params.get("sentence")))
-            output = translate(model, [sentence], run.src_vocab, run.tgt_vocab, run.tokenizers, 1)[0]
-            src = encode_sources([sentence], run.src_vocab, src_tok, model.config.max_len)
+            model, about = self.checkpoints.get(name, "its attention")
+        except Waiting as e:
+            return {"waiting": str(e)}
+        files, (src_tok, tgt_tok) = self.files, self.files.tokenizers
+        try:
+            sentence = _sentence(sentence)
+            pieces = self._pieces(sentence)
+            output = translate(model, [sentence], files.src_vocab, files.tgt_vocab, files.tokenizers, 1)[0]
+            src = encode_sources([sentence], files.src_vocab, src_tok, model.config.max_len)
         except (Untranslatable, InputTooLong) as e:
-            return {"problem": str(e)}
+            return {"problem": str(e), "shows": about}
         out_pieces = tgt_tok.encode(output)
-        maps = attention(model, src, run.tgt_vocab.encode(out_pieces), src_tok.encode(sentence), out_pieces)
-        return {"name": name, "output": output, "map": last_cross(maps)}
+        maps = attention(model, src, files.tgt_vocab.encode(out_pieces), [p["piece"] for p in pieces], out_pieces)
+        return {"name": name, "output": output, "pieces": pieces, "map": last_cross(maps), "shows": about}
+
+    # -- a page to keep ----------------------------------------------------------------------
+    def answers(self) -> dict:
+        """Every answer a saved page holds: the step views, the tour, the translation of the run's
+        example sentence, the curves and that sentence's attention at each kept checkpoint."""
+        info = self.info({})
+        answers = {**step_answers(self.record(), info["title"]), "/api/info": {**info, "live": False},
+                   "/api/tour": self.tour({}), "/api/metrics": self.metrics({})}
+        request = {"sentence": info["example"], "beam": info["beam"]}
+        answers["POST /api/translate " + _key(request)] = self.translate(request)
+        for name in answers["/api/metrics"]["checkpoints"]:
+            answers[f"/api/checkpoint_attention?{_query(name=name, sentence=info['example'])}"] = (
+                self.checkpoint_attention({"name": name, "sentence": info["example"]}))
+        return answers
 
 
-def finite_metrics(path: Path) -> list[dict]:
-    """metrics.jsonl's records with NaN and ±Inf (a run that diverged) as None: JSON has no NaN."""
-    return [{k: number(v) if isinstance(v, float) else v for k, v in r.items()} for r in read_metrics(path)]
+def _key(body: dict) -> str:
+    """A POST body as the page's JSON.stringify writes it (the key of a saved answer)."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _query(**params: str) -> str:
+    """A query string as the page's encodeURIComponent writes it."""
+    return "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+
+
+def _token_labels(batch: tuple, files: RunFiles):
+    """Heat-map row labels for the step's arrays: for an array (B, ..., L, x) of this batch whose
+    L is the source length S or the target length T, the pieces of the first pair at each
+    position (<pad> where it is padding). Where S == T the two cannot be told apart by shape:
+    the rows are then numbered, and marked <pad> where both sides are padding."""
+    src, tgt_in, _ = batch
+    batch_size, (S, T) = len(src), (src.shape[1], tgt_in.shape[1])
+    source = [files.src_vocab.tokens[i] for i in src[0]]
+    target = [files.tgt_vocab.tokens[i] for i in tgt_in[0]]
+    by_length = {S: source, T: target} if S != T else {
+        S: [PAD if a == b == PAD else str(i) for i, (a, b) in enumerate(zip(source, target))]}
+
+    def labels(shape: tuple, nid: str | None = None) -> tuple:
+        if len(shape) >= 3 and shape[0] == batch_size:
+            return by_length.get(shape[-2]), None
+        return None, None
+    return labels
 
 
 def attention(model, src, out_ids: list[int], pieces: list[str], out_pieces: list[str]) -> list[dict]:
@@ -191,12 +300,6 @@ class Untranslatable(ValueError):
     """A sentence the model cannot take (empty, too long, nothing it knows): said in the page."""
 
 
-def _text(value) -> str:
-    if not isinstance(value, str):
-        raise BadRequest("give a sentence (text) to translate")
-    return value
-
-
 def _sentence(text: str) -> str:
     sentence = normalise(text)
     if not sentence:
@@ -204,11 +307,3 @@ def _sentence(text: str) -> str:
     if len(sentence) > 2000:
         raise Untranslatable(f"the sentence is {len(sentence)} characters long; the explorer takes at most 2000")
     return sentence
-
-
-def _beam(value) -> int:
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_BEAM:
-        raise BadRequest(f"the beam width must be a whole number from 1 to {MAX_BEAM}")
-    return value

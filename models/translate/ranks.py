@@ -2,13 +2,25 @@
 
 Every rank reads the corpus and the settings for itself, so nothing else makes them equal: a
 corpus shuffled on one host would put rank 0's test pairs into another rank's training, and
-another --lr would train without a word. So the ranks compare what they prepared before the
-model is built, and a difference stops every rank with one line that names it.
+another --lr would train without a word. So the ranks compare, and a difference stops every
+rank with one line that names it. Each comparison comes before the first collective that
+depends on what it compares, since a rank on another path waits in a collective the others
+never join (--resume on one rank only: it alone read last.npz, and both hung ten minutes):
+
+1. `parsed_together`: every rank parsed its command line, and all run the same command on
+   the same device (a rank that argparse stopped would leave the others in MPI_Init for ever);
+2. `check_settings_agree`: every train setting, before any of them chooses a path;
+3. `check_data_agree`: the corpus, the vocabularies and (resuming) last.npz, before the model
+   is built from them.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
+import io
 import json
+from typing import Callable
 
 import numpy as np
 
@@ -57,24 +69,57 @@ def together(check, *args):
     return result
 
 
-def check_ranks_agree(settings: TrainSettings, data: Prepared, checkpoint: dict | None) -> None:
-    """Refuse, on every rank, to train when ranks differ in settings, data, vocabularies or (resuming)
-    the checkpoint they start from (a run directory copied to each host, not shared, may be stale)."""
-    if dist.world_size() == 1:
-        return
-    what = {flag(name): _hash(value) for name, value in vars(settings).items()}
-    what |= {"the corpus (fingerprint of its split pairs)": _hash(data.fingerprint),
-             "the source vocabulary": _hash(data.src_vocab.tokens), "the target vocabulary": _hash(data.tgt_vocab.tokens)}
+def parsed_together(parse: Callable[[], argparse.Namespace]) -> argparse.Namespace | None:
+    """`parse()` (argparse's parse_args) on every rank of an mpiexec job, then the job's first
+    collective: if a rank's command line was refused, every rank stops (the lowest such rank
+    printing argparse's reason in one line); if the ranks run different commands or devices,
+    every rank stops too. None where every rank was asked for --help (and printed it)."""
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):  # argparse's usage and error, said once below instead
+            args, refused = parse(), None
+    except SystemExit as e:
+        args = refused = None
+        if e.code:  # argparse's refusal (--help exits with 0)
+            said = errors.getvalue().strip().splitlines() or [f"exit status {e.code}"]
+            refused = RunError(f"{said[-1].split(': error: ')[-1]} (the command line of rank {dist.rank()})")
+    dist.init()  # joined, but no GPU taken: the device is agreed on first
+    on_every_rank(refused)
+    command = "--help" if args is None else args.command
+    agree({"the command": _hash(command), "--device": _hash(getattr(args, "device", None))},
+          "every rank must be given the same command line")
+    return args
+
+
+def check_settings_agree(settings: TrainSettings) -> None:
+    """Refuse, on every rank, to train when ranks differ in any setting: before any of them decides
+    what a rank does (--resume: whether it reads last.npz), or sizes what it sends."""
+    agree({flag(name): _hash(value) for name, value in vars(settings).items()},
+          "every rank must be given the same corpus and settings")
+
+
+def check_data_agree(data: Prepared, checkpoint: dict | None) -> None:
+    """Refuse, on every rank, to train when ranks differ in data, vocabularies or (resuming) the
+    checkpoint they start from (a run directory copied to each host, not shared, may be stale)."""
+    what = {"the corpus (fingerprint of its split pairs)": _hash(data.fingerprint),
+            "the source vocabulary": _hash(data.src_vocab.tokens), "the target vocabulary": _hash(data.tgt_vocab.tokens)}
     if checkpoint is not None:
         what["the checkpoint last.npz"] = _weights_hash(checkpoint["weights"])
-    mine = np.array(list(what.values()), dtype=np.int64)
+    agree(what, "every rank must be given the same corpus and run directory")
+
+
+def agree(digests: dict[str, int], advice: str) -> None:
+    """Stop every rank, rank 0 printing one line that names them, if any of `digests` differs
+    from rank 0's. A collective: every rank calls it with the same names, in the same order."""
+    if dist.world_size() == 1:
+        return
+    mine = np.array(list(digests.values()), dtype=np.int64)
     root = dist.broadcast(mine.copy(), root=0)
     differ = dist.all_reduce((mine != root).astype(np.int64), op="sum")
-    names = [name for name, n in zip(what, differ) if n]
+    names = [name for name, n in zip(digests, differ) if n]
     if names:
         raise EveryRankError(f"the {dist.world_size()} ranks of this mpiexec job do not agree on {', '.join(names)} "
-                             f"({max(differ)} differ from rank 0): every rank must be given the same corpus "
-                             "and settings", shown=dist.rank() == 0)
+                             f"({max(differ)} differ from rank 0): {advice}", shown=dist.rank() == 0)
 
 
 def _hash(value) -> int:

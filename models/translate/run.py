@@ -47,6 +47,21 @@ RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.
                        "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS})
 
 
+
+def chosen_decoding(directory: Path, run: dict) -> tuple[int, float]:
+    """The beam width and length penalty `train` chose on the validation set (`tuning.py`) and
+    kept in run.json, or, for a run that chose none (trained before, or stopped before the end),
+    the defaults."""
+    chosen = run.get("decoding", {"beam": BEAM, "length_penalty": LENGTH_PENALTY})
+    try:
+        beam, penalty = chosen["beam"], chosen["length_penalty"]
+    except (KeyError, TypeError):
+        beam = penalty = None
+    if not (isinstance(beam, int) and beam >= 1 and isinstance(penalty, (int, float))):
+        raise RunError(f"{directory / 'run.json'} is damaged: its decoding is not a beam width and a length "
+                       f"penalty: {chosen!r}")
+    return beam, float(penalty)
+
 class RunError(RuntimeError):
     """A run directory or checkpoint that cannot be used; the message says which and why."""
 
@@ -283,17 +298,7 @@ class Run:
     tokenizers: tuple[Tokenizer, Tokenizer]
 
     def decoding(self) -> tuple[int, float]:
-        """The beam width and length penalty `train` chose on the validation set (`tuning.py`), or,
-        for a run that chose none (trained before, or stopped before the end), the defaults."""
-        chosen = self.settings.get("decoding", {"beam": BEAM, "length_penalty": LENGTH_PENALTY})
-        try:
-            beam, penalty = chosen["beam"], chosen["length_penalty"]
-        except (KeyError, TypeError):
-            beam = penalty = None
-        if not (isinstance(beam, int) and beam >= 1 and isinstance(penalty, (int, float))):
-            raise RunError(f"{self.directory / 'run.json'} is damaged: its decoding is not a beam width and a length "
-                           f"penalty: {chosen!r}")
-        return beam, float(penalty)
+        return chosen_decoding(self.directory, self.settings)
 
     def held_out(self, split: str = "test") -> Sources:
         """Each held-out source with all of its references."""

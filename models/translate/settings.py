@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from ..attention import check_heads
 from .budget import parse_duration
 from .corpus import read_corpus
 from .run import RunError, read_run_json
@@ -34,14 +35,15 @@ NOT_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
 
 def option(default: Any, help: str, rule: Rule | None = None, *, fixed: bool = False, corpus: bool = False,
            choices: tuple | None = None, source: bool = False, cli: bool = True, saved: bool = True,
-           metavar: str | None = None) -> Any:
+           model: bool = False, metavar: str | None = None) -> Any:
     """A `TrainSettings` field with what the command line and the checks need to know of it.
 
     fixed: a resumed run must keep it (its data or its model); corpus: only for --data corpora
     (a task has its own tokenisation); source: one of the two ways to say what to train on;
-    cli: it gets a flag of its own (--device is every command's); saved: it goes into run.json."""
+    cli: it gets a flag of its own (--device is every command's); saved: it goes into run.json;
+    model: it goes to the model's config (`TransformerConfig`) under this very name."""
     return field(default=default, metadata=dict(help=help, rule=rule, fixed=fixed, corpus=corpus, choices=choices,
-                                                source=source, cli=cli, saved=saved, metavar=metavar))
+                                                source=source, cli=cli, saved=saved, model=model, metavar=metavar))
 
 
 @dataclass
@@ -68,11 +70,12 @@ class TrainSettings:
                                     "included): the run times its steps and makes as many as fit, up to --steps",
                               metavar="DURATION")
     batch_size: int = option(64, "pairs a step, over all processes together", WHOLE)
-    d_model: int = option(64, "model width", WHOLE, fixed=True)
-    heads: int = option(4, "attention heads (must divide --d-model)", WHOLE, fixed=True)
-    layers: int = option(2, "encoder layers, and as many decoder layers", WHOLE, fixed=True)
-    d_ff: int = option(256, "width of the feed-forward layers", WHOLE, fixed=True)
-    dropout: float = option(0.1, "dropout probability", Rule(lambda v: 0 <= v < 1, "in [0, 1)"))
+    d_model: int = option(64, "model width", WHOLE, fixed=True, model=True)
+    num_heads: int = option(4, "attention heads (must divide --d-model)", WHOLE, fixed=True, model=True)
+    num_encoder_layers: int = option(2, "encoder layers", WHOLE, fixed=True, model=True)
+    num_decoder_layers: int = option(2, "decoder layers", WHOLE, fixed=True, model=True)
+    d_ff: int = option(256, "width of the feed-forward layers", WHOLE, fixed=True, model=True)
+    dropout: float = option(0.1, "dropout probability", Rule(lambda v: 0 <= v < 1, "in [0, 1)"), model=True)
     lr: float = option(2e-3, "peak learning rate (warm-up, then cosine decay to 5%% of it)",
                        Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
     warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", NOT_NEGATIVE)
@@ -89,11 +92,16 @@ class TrainSettings:
                                     "parameter each), for the explorer's attention across checkpoints")
     device: str = option("cpu", "cpu or cuda", cli=False)
     jit: bool = option(True, "run every training step eagerly instead of replaying it with tx.jit")
-    resume: bool = option(False, "continue the run in --out from its last checkpoint", saved=False)
+    resume: bool = option(False, "continue the run in --out from its last checkpoint, with the settings it was "
+                                 "trained with (--task or --data not needed)", saved=False)
 
     def saved(self) -> dict:
         """The settings run.json keeps."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["saved"]}
+
+    def model_options(self) -> dict:
+        """The settings that are options of the model's config, by the config's own names."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["model"]}
 
 
 FIXED_ON_RESUME = tuple(f.name for f in fields(TrainSettings) if f.metadata["fixed"])
@@ -125,7 +133,8 @@ def corpus_defaults(n_pairs: int) -> dict:
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
-                d_model=64 if small else 128, heads=4, layers=2, d_ff=256 if small else 512,
+                d_model=64 if small else 128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                d_ff=256 if small else 512,
                 steps=int(max(1000, round(60 * n_pairs / 96, -2))), batch_size=96, time="10m",
                 lr=2e-3, warmup=400, dropout=0.1, eval_every=500)
 
@@ -135,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     default (or, with --resume, the run's saved setting) takes its place."""
     tuned = set(corpus_defaults(1)).union(*(task.defaults for task in TASKS.values()))
     parser.epilog = "* a task, or the size of a --data corpus, chooses its own default for these."
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()  # neither with --resume: the run directory knows
     for f in fields(TrainSettings):
         meta = f.metadata
         if not meta["cli"]:
@@ -174,8 +183,10 @@ def settings_for(given: dict) -> TrainSettings:
             settings.time = None
         check_settings(settings)
         return settings
+    if given.get("out") is None and given.get("task") is None and given.get("data") is None:
+        raise ValueError("--resume needs --out DIR, the run directory to continue")
     directory = run_directory(TrainSettings(**given))
-    saved = read_run_json(directory)["settings"]
+    saved = renamed(read_run_json(directory)["settings"])
     unknown = set(saved) - {f.name for f in fields(TrainSettings)}
     if unknown:
         raise RunError(f"{directory / 'run.json'} is damaged: unknown settings {sorted(unknown)}")
@@ -190,10 +201,24 @@ def settings_for(given: dict) -> TrainSettings:
     return settings
 
 
+RENAMED = {"heads": ("num_heads",), "layers": ("num_encoder_layers", "num_decoder_layers")}
+"""Settings that run.json files written before the settings took the model config's names hold."""
+
+
+def renamed(saved: dict) -> dict:
+    """A run's saved settings under today's names (an older run resumes as it was trained)."""
+    saved = dict(saved)
+    for old, new in RENAMED.items():
+        if old in saved:
+            value = saved.pop(old)
+            saved.update({name: value for name in new})
+    return saved
+
+
 def check_settings(s: TrainSettings) -> None:
     """Every setting in range, so that a bad one is one clear line before anything is written."""
     if (s.task is None) == (s.data is None):
-        raise ValueError("train needs exactly one of --task NAME or --data pairs.tsv")
+        raise ValueError("train needs one of --task NAME or --data pairs.tsv (or --out DIR --resume to continue a run)")
     for f in fields(s):
         rule, value = f.metadata["rule"], getattr(s, f.name)
         if rule is not None and not rule.holds(value):
@@ -203,8 +228,7 @@ def check_settings(s: TrainSettings) -> None:
                          "cut only")
     if s.time is not None:
         parse_duration(s.time)
-    if s.d_model % s.heads:
-        raise ValueError(f"--d-model {s.d_model} must be divisible by --heads {s.heads}")
+    check_heads(s.d_model, s.num_heads)
     if s.out is not None and Path(s.out).exists() and not Path(s.out).is_dir():
         raise ValueError(f"--out {s.out} is a file, not a directory")
 

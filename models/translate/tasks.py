@@ -242,7 +242,7 @@ def probe_pairs(name: str, seed: int = 12345) -> list[Pair]:
 # Defaults are sized so each task reaches its target accuracy on a 2-core laptop CPU in
 # minutes. The symbol tasks have unlimited fresh data, so no dropout: it only blurs the
 # exact counting that sorting needs.
-WIDER = dict(steps=4000, d_model=96, d_ff=384, layers=2)
+WIDER = dict(steps=4000, d_model=96, d_ff=384, num_encoder_layers=2, num_decoder_layers=2)
 
 TASKS: dict[str, Task] = {task.name: task for task in [
     Task("copy", "copy a string of 3-10 letters a-p", "char", "char",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import signal
 import time
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -37,15 +38,15 @@ import numpy as np
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 import tinygrad_tx.functional as F
-from tinygrad_tx import optim
+from tinygrad_tx import optim, schedules
 
 from .averaging import Average, snapshot_steps
 from .budget import PLAN_AT_VALIDATION, Budget, Timing, parse_duration
 from ..text.data import PAD_ID
-from .evaluation import score, translate
+from .evaluation import score, summary, translate
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
-from .ranks import check_ranks_agree, on_every_rank, together
+from .ranks import check_data_agree, check_settings_agree, on_every_rank, together
 from .run import (SNAPSHOTS, RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies,
                   claim, create_run, keep_metrics_until, load_checkpoint, load_weights)
 from .settings import TrainSettings, run_directory
@@ -53,23 +54,25 @@ from ..transformer import Transformer
 
 
 class Trainer:
-    """One training run in one run directory: `start()`, then `train(progress)`."""
+    """One training run in one run directory: `start()`, then `train(progress)`.
+
+    Under mpiexec the caller has joined the job first (`dist.init(device)`, as `cli.main` does),
+    so that each rank took its own GPU before anything was allocated."""
 
     def __init__(self, settings: TrainSettings, started: float | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         """`started`: when the command began, by `clock` (now if not given), from which a --time
         budget counts."""
         started = clock() if started is None else started
-        dist.init(settings.device)  # first: each rank takes its own GPU before anything is allocated
+        check_settings_agree(settings)  # before any setting sends a rank down another path
         self.main = dist.rank() == 0  # only rank 0 prints, validates and writes
         self.s, self.dir = settings, run_directory(settings)
         self.data = together(prepare, settings, self.dir)
-        config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab), d_model=settings.d_model,
-                      num_heads=settings.heads, num_encoder_layers=settings.layers, num_decoder_layers=settings.layers,
-                      d_ff=settings.d_ff, dropout=settings.dropout, max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
+        config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab),
+                      **settings.model_options(), max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
                       tie_embeddings=settings.shared_vocab)
         self.last = together(self._read_last, config) if settings.resume else None
-        check_ranks_agree(settings, self.data, self.last)
+        check_data_agree(self.data, self.last)
         tx.manual_seed(settings.seed)
         # rank 0's weights on every rank; gradients averaged over the ranks in backward
         self.model = dist.DataParallel(Transformer(**config).to(settings.device))
@@ -89,7 +92,8 @@ class Trainer:
         """End the run, and decay its learning rate, at `steps` (from the step it is at)."""
         self.s.steps = steps
         warmup = min(self.s.warmup, steps // 4)  # short runs still get to decay
-        self.schedule = optim.WarmupCosine(self.optimizer, warmup, steps, self.s.lr, self.s.lr * 0.05)
+        self.optimizer.lr = self.s.lr  # the peak: a schedule takes it from the optimizer
+        self.schedule = schedules.WarmupCosine(self.optimizer, warmup, steps, lr_min=0.05 * self.s.lr)
         self.schedule.load_state_dict({"step_num": self.step + 1})
         kept = getattr(self, "average", None)
         self.average = Average(snapshot_steps(steps, self.s.eval_every, self.s.average))
@@ -250,8 +254,7 @@ class Trainer:
 
     def _score(self, progress, what: str, **note) -> float:
         """Greedy translations of the validation sources, logged and shown; returns the number that
-        picks the best model: BLEU against all references for a corpus (it has many right
-        translations), exact match for a task."""
+        picks the best model (`best_by`)."""
         self.model.eval()
         data = self.data
         sources = [s for s, _ in data.valid_sources]
@@ -262,11 +265,20 @@ class Trainer:
         self.log({"step": self.step, **note, "valid_exact_match": metrics["exact_match"],
                   "valid_token_accuracy": metrics["token_accuracy"], "valid_bleu": metrics["bleu"],
                   "valid_chrf": metrics["chrf"]})
-        progress.write(f"{what}: validation exact match {metrics['exact_match']:.1f}%, "
-                       f"token accuracy {metrics['token_accuracy']:.1f}%, BLEU {metrics['bleu']:.1f}")
+        progress.write(f"{what}: validation {summary(metrics, digits=1)}")
         for s, o, r in list(zip(sources, outputs, references))[:3]:
             progress.write(f"  {s!r} -> {o!r}   (reference {r[0]!r}{' or others' if len(r) > 1 else ''})")
-        return metrics["bleu"] if self.s.data else metrics["exact_match"]
+        return metrics[self.best_by]
+
+    @cached_property
+    def best_by(self) -> str:
+        """What picks best.npz: exact match for a task; for a corpus, which has many right translations,
+        BLEU against all references, or chrF where no reference has 4 tokens (BLEU is 0 there)."""
+        if self.s.task:
+            return "exact_match"
+        references = [refs for _, refs in self.data.valid_sources]
+        themselves = score([refs[0] for refs in references], references, self.data.tokenizers[1])
+        return "bleu" if themselves["bleu_defined"] else "chrf"
 
     def _keep_if_best(self, key: float) -> None:
         if key > self.best:

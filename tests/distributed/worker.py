@@ -1,4 +1,5 @@
-"""Run by test_distributed.py under `mpiexec -n 2 python worker.py CASE DEVICE OUT_DIR`.
+"""Run by the tests of this folder (helpers.run_worker) under
+`mpiexec -n 2 python worker.py CASE DEVICE OUT_DIR`.
 
 Each case computes on this rank and saves what it got to OUT_DIR/rank<r>.npz; the test
 compares those files with values it computes itself, in one process, without MPI.

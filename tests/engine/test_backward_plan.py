@@ -45,11 +45,11 @@ def leaves():
 
 def described(plan, leaf_name=lambda t: t.name):
     """The plan's steps as (op, [(input, destination, sum_to)]), in EXPECTED's words."""
-    out = []
+    out, n = [], len(plan.nodes)
     for step in plan.steps:
-        routes = [(r.input, ("+= " if r.accumulates else "") + (f"leaf {leaf_name(plan.leaves[r.to])}" if r.leaf
-                                                                 else f"step {r.to}"), r.sum_to)
-                  for r in step.routes]
+        routes = [(k, ("+= " if adds else "") + (f"leaf {leaf_name(plan.leaves[to - n])}" if to >= n
+                                                 else f"step {to}"), sum_to)
+                  for (k, to, sum_to), adds in zip(step.routes, step.adds)]
         out.append((step.op, routes))
     return out
 
@@ -90,11 +90,15 @@ def test_eager_backward_and_trace_backward_follow_the_plan_and_match_torch():
         step = plan.steps[ran.step]
         assert ran.node is step.node and [f.route for f in ran.sent] == list(step.routes)
         for flow in ran.sent:
-            r = flow.route
-            assert flow.target is (plan.leaves[r.to] if r.leaf else plan.steps[r.to].node)
-            assert flow.grad.shape == (plan.leaves[r.to].shape if r.leaf else plan.steps[r.to].shape)
+            _, to, _ = flow.route
+            place = plan.leaves[to - n] if to >= n else plan.steps[to]
+            assert flow.target is (place if to >= n else place.node)
+            assert flow.grad.shape == place.shape
     x_flows = trace.flows_into(x)  # x's three uses in each walk: the first stored, the others added
-    assert [f.route.accumulates for f in x_flows] == [False, True, True] * 2
+    x_place = n + next(k for k, t in enumerate(plan.leaves) if t is x)
+    assert [f.route[1] for f in x_flows] == [x_place] * 6
+    assert [added for step in plan.steps for (_, to, _), added in zip(step.routes, step.adds)
+            if to == x_place] == [False, True, True]
     assert [f.arrival for f in x_flows] == [1, 2, 3, 4, 5, 6]
     for got, want in zip((x.grad, w.grad, b.grad), torch_grads()):
         np.testing.assert_allclose(got.numpy(), 2 * want, rtol=1e-12, atol=1e-12)

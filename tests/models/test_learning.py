@@ -8,7 +8,7 @@ import numpy as np
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import EncoderClassifier, beam_search, greedy_decode
-from tinygrad_tx import optim
+from tinygrad_tx import optim, schedules
 
 PAD = 0
 
@@ -36,7 +36,7 @@ def test_encoder_classifier_learns_is_sorted():
     rng = np.random.default_rng(0)
     model = EncoderClassifier(10, 2, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, max_len=8)
     optimizer = optim.Adam(model.parameters(), lr=3e-3)
-    schedule = optim.WarmupCosine(optimizer, warmup=30, total_steps=900, lr_max=3e-3)
+    schedule = schedules.WarmupCosine(optimizer, warmup=30, total_steps=900)
     for _ in range(900):
         ids, labels = sorted_or_not(rng, 64)
         loss = F.cross_entropy(model(ids), labels)

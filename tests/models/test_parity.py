@@ -4,7 +4,8 @@ The twins are torch.nn.MultiheadAttention, torch.nn.Transformer and a stack of
 torch.nn.TransformerEncoderLayer (for GPT), plus embeddings and output layers
 written out here. Logits must agree to 1e-6 and every parameter's gradient to
 1e-5, on padded batches so the masks are exercised; a 50-step Adam run must
-follow the same loss curve.
+follow the same loss curve; and second derivatives, a Hessian-vector product of the
+loss through the whole model, must agree with PyTorch's double backward to 1e-8.
 """
 import math
 
@@ -17,6 +18,7 @@ from models import GPT, MultiHeadAttention, Transformer
 from tinygrad_tx import optim
 
 torch = pytest.importorskip("torch")
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),  # torch, about its fast path
               pytest.mark.usefixtures("on_each_device")]
 
@@ -291,3 +293,63 @@ def test_fifty_adam_steps_follow_torch():
     print(f"Adam, 50 steps: loss {losses[0][0]:.4f} -> {losses[-1][0]:.4f}, max relative difference {worst:.2e}")
     assert worst <= 1e-5
     assert losses[-1][0] < 0.9 * losses[0][0]  # it trained, so the comparison means something
+
+
+# -- second derivatives: a Hessian-vector product through the whole model --------------------
+
+def hessian_vector_gap(pairs, our_loss, their_loss, seed=5):
+    """H·v, the derivative of (∇loss · v) for one random direction v over every parameter, by our
+    double backward (`tx.grad` with create_graph, then again) and by PyTorch's, with the same v
+    laid out in its parameters; returns the largest difference and the largest |H·v|."""
+    rng = np.random.default_rng(seed)
+    ours = [o for o, *_ in pairs]
+    vs = [rng.standard_normal(p.shape) for p in ours]
+    grads = tx.grad(our_loss(), ours, create_graph=True)
+    hv = tx.grad(sum((g * tx.Tensor(v)).sum() for g, v in zip(grads, vs)), ours)
+    theirs = list({id(t): t for _, t, *_ in pairs}.values())
+    tv = {id(t): torch.zeros_like(t) for t in theirs}
+    for (_, t, rows, transposed), v in zip(pairs, vs):
+        tv[id(t)][rows] = torch.from_numpy(v.T if transposed else v)
+    with sdpa_kernel(SDPBackend.MATH):  # the attention kernel with a double backward on the CPU
+        t_grads = torch.autograd.grad(their_loss(), theirs, create_graph=True)
+        t_hv = torch.autograd.grad(sum((g * tv[id(t)]).sum() for g, t in zip(t_grads, theirs)), theirs)
+    t_hv = dict(zip(map(id, theirs), t_hv))
+    gap = scale = 0.0
+    for (_, t, rows, transposed), h in zip(pairs, hv):
+        ref = t_hv[id(t)][rows].numpy()
+        ref = ref.T if transposed else ref
+        gap, scale = max(gap, np.abs(h.numpy() - ref).max()), max(scale, np.abs(ref).max())
+    return gap, scale
+
+
+@pytest.mark.parametrize("norm_first,tie", [(False, False), (True, False), (False, True)],
+                         ids=["post-LN", "pre-LN", "post-LN-tied"])
+def test_transformer_hessian_vector_product_matches_torch(norm_first, tie):
+    """Second derivatives through embeddings, padding-masked self- and cross-attention, causal
+    attention, layer norms, the feed-forward layers and cross-entropy (issue 30, item 4)."""
+    model = make_model(norm_first, tie)
+    twin = TorchSeq2Seq(model)
+    src, tgt_in, tgt_out = padded_batch(np.random.default_rng(1), 4, 7, 6, 11)
+    gap, scale = hessian_vector_gap(
+        twin.pairs, lambda: F.cross_entropy(model(src, tgt_in), tgt_out, ignore_index=PAD),
+        lambda: torch.nn.functional.cross_entropy(twin(torch.from_numpy(src), torch.from_numpy(tgt_in)).reshape(-1, 13),
+                                                  torch.from_numpy(tgt_out).reshape(-1), ignore_index=PAD))
+    print(f"transformer {'pre' if norm_first else 'post'}-LN tied={tie}: max |H·v| {scale:.2f}, "
+          f"max |H·v - torch's| {gap:.2e}")
+    assert scale > 0.1  # a real curvature, so the comparison means something
+    assert gap < 1e-8
+
+
+def test_gpt_hessian_vector_product_matches_torch():
+    """The same through GPT: learned positions, causal attention, exact GELU, tied output embedding."""
+    tx.manual_seed(0)
+    model = to_float64(GPT(17, d_model=D, num_heads=H, num_layers=2, d_ff=FF, dropout=0.0, max_len=16))
+    twin = TorchGPT(model)
+    ids = np.random.default_rng(3).integers(0, 17, (3, 9))
+    targets = torch.from_numpy(ids[:, 1:]).reshape(-1)
+    gap, scale = hessian_vector_gap(
+        twin.pairs, lambda: F.cross_entropy(model(ids)[:, :-1], ids[:, 1:]),
+        lambda: torch.nn.functional.cross_entropy(twin(torch.from_numpy(ids))[:, :-1].reshape(-1, 17), targets))
+    print(f"GPT: max |H·v| {scale:.2f}, max |H·v - torch's| {gap:.2e}")
+    assert scale > 0.1
+    assert gap < 1e-8

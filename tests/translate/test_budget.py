@@ -55,8 +55,8 @@ class Clock:
 
 def timed_trainer(out, clock: Clock, time="4s", resume=False, steps=1000) -> Trainer:
     settings = TrainSettings(task="reverse", out=str(out), time=time, steps=steps, eval_every=10, log_every=1,
-                             d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16, n_held_out=20,
-                             dropout=0.2, resume=resume)
+                             d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, n_train=200,
+                             batch_size=16, n_held_out=20, dropout=0.2, resume=resume)
     trainer = Trainer(settings, started=0.0, clock=clock)
     step, score = trainer.schedule.step, trainer._score
 

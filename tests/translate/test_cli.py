@@ -16,7 +16,8 @@ from models.translate.run import open_run
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
-TINY = ["--steps", "40", "--eval-every", "20", "--d-model", "16", "--heads", "2", "--layers", "1",
+TINY = ["--steps", "40", "--eval-every", "20", "--d-model", "16", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "32", "--n-train", "300", "--batch-size", "16"]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,10 +67,10 @@ def test_held_out_pairs_never_appear_in_training(trained):
 
 
 def test_evaluate_json_matches_a_recomputation(trained):
-    result = run_cli("evaluate", "--checkpoint", str(trained), "--json")
+    result = run_cli("evaluate", "--run", str(trained), "--json")
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout)
-    assert set(metrics) == {"exact_match", "token_accuracy", "bleu", "chrf", "n", "references"}
+    assert set(metrics) == {"exact_match", "token_accuracy", "bleu", "chrf", "n", "references", "bleu_defined"}
     run = open_run(trained)
     sources = run.held_out("test")
     from models.translate.evaluation import translate
@@ -83,11 +84,11 @@ def test_evaluate_json_matches_a_recomputation(trained):
 
 def test_translate_arguments_stdin_and_attention_picture(trained, tmp_path):
     picture = tmp_path / "attention.png"
-    by_argument = run_cli("translate", "--checkpoint", str(trained), "abc", "hello", "--attention", str(picture))
+    by_argument = run_cli("translate", "--run", str(trained), "abc", "hello", "--attention", str(picture))
     assert by_argument.returncode == 0, by_argument.stderr
     assert len(by_argument.stdout.splitlines()) == 2
     assert picture.exists() and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    by_stdin = run_cli("translate", "--checkpoint", str(trained), stdin="abc\nhello\n")
+    by_stdin = run_cli("translate", "--run", str(trained), stdin="abc\nhello\n")
     assert by_stdin.stdout == by_argument.stdout
 
 
@@ -100,8 +101,8 @@ def test_tasks_lists_every_task_with_an_example():
 
 @pytest.mark.parametrize("args, message", [
     (["train", "--task", "klingon"], "known tasks"),
-    (["evaluate", "--checkpoint", "no/such/run"], "does not exist"),
-    (["translate", "--checkpoint", "no/such/run", "x"], "does not exist"),
+    (["evaluate", "--run", "no/such/run"], "does not exist"),
+    (["translate", "--run", "no/such/run", "x"], "does not exist"),
 ])
 def test_bad_input_is_one_clear_line_and_a_nonzero_exit(args, message):
     result = run_cli(*args)
@@ -113,7 +114,7 @@ def test_cuda_without_cupy_says_how_to_install():
     try:
         import cupy  # noqa: F401
     except ImportError:
-        result = run_cli("evaluate", "--checkpoint", "x", "--device", "cuda")
+        result = run_cli("evaluate", "--run", "x", "--device", "cuda")
         assert result.returncode == 2 and 'pip install -e ".[cuda]"' in result.stderr
     else:
         pytest.skip("CuPy is installed here, so the missing-CuPy message cannot be shown")
@@ -131,7 +132,7 @@ def test_tsv_errors_name_the_line(tmp_path):
 
 
 def test_a_sentence_longer_than_the_model_is_refused(trained):
-    result = run_cli("translate", "--checkpoint", str(trained), "a" * 500)
+    result = run_cli("translate", "--run", str(trained), "a" * 500)
     assert result.returncode == 2 and "longer than the model's maximum" in result.stderr
 
 
@@ -142,7 +143,7 @@ def test_a_truncated_checkpoint_is_reported_and_left_alone(trained, tmp_path):
     shutil.copytree(trained, copy)
     damaged = (copy / "best.npz").read_bytes()[:200]
     (copy / "best.npz").write_bytes(damaged)
-    result = run_cli("evaluate", "--checkpoint", str(copy))
+    result = run_cli("evaluate", "--run", str(copy))
     assert result.returncode == 2 and "best.npz" in result.stderr
     assert (copy / "best.npz").read_bytes() == damaged  # nothing was overwritten
 
@@ -152,8 +153,8 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
     and checkpoint averaging across the interruption (steps 15, 20 and 24 averaged; stop at 16)."""
     def settings(out, steps):
         return TrainSettings(task="reverse", out=str(out), steps=steps, eval_every=5, average=3, log_every=1,
-                             d_model=16, heads=2, layers=1, d_ff=32, n_train=200, batch_size=16,
-                             n_held_out=20, dropout=0.2, device=device)
+                             d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
+                             n_train=200, batch_size=16, n_held_out=20, dropout=0.2, device=device)
 
     def records(out, key):
         return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if key in r]
@@ -179,7 +180,7 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, device):
     assert [r["averaged"] for r in averaged] == [3] and records(tmp_path / "split", "averaged") == averaged
     run = open_run(tmp_path / "whole", device)
     assert run.model.device == device and {p.device for p in run.model.parameters()} == {device}
-    report = json.loads(run_cli("evaluate", "--checkpoint", str(tmp_path / "whole"), "--json", "--beam", "1").stdout)
+    report = json.loads(run_cli("evaluate", "--run", str(tmp_path / "whole"), "--json", "--beam", "1").stdout)
     from models.translate.evaluation import score, translate
 
     sources = run.held_out("test")
@@ -192,8 +193,8 @@ def test_jitted_training_equals_eager_training(tmp_path):
     """The default (tx.jit) and --no-jit train the same model: same losses, same weights, dropout on."""
     def run(jit):
         settings = TrainSettings(task="reverse", out=str(tmp_path / str(jit)), steps=30, eval_every=1000,
-                                 log_every=1, d_model=16, heads=2, layers=1, d_ff=32, n_train=200,
-                                 batch_size=16, n_held_out=20, dropout=0.2, jit=jit)
+                                 log_every=1, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                 d_ff=32, n_train=200, batch_size=16, n_held_out=20, dropout=0.2, jit=jit)
         trainer = Trainer(settings)
         trainer.start()
         trainer.train(Quiet())
@@ -239,7 +240,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path):
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    assert "continue with --resume" in stdout
+    assert f"continue with python -m models train --out {out} --resume" in stdout
     step = int(tx.load(out / "last.npz")["step"])
     assert step >= 10
     # no model flags given again: they come from the run directory's run.json

@@ -16,21 +16,24 @@ from pathlib import Path
 
 import pytest
 
+import tinygrad_tx as tx
 from models.translate import cli
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
-TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--heads", "2", "--layers", "1",
+TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
+        "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "8", "--n-train", "60", "--batch-size", "8"]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(capsys, *args: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
+def run(capsys, *args: str, stdin: str | bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
     """`python -m models ARGS` in this process: (exit status, stdout, stderr)."""
     if stdin is not None:
         import io
 
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        data = stdin if isinstance(stdin, bytes) else stdin.encode()
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     try:
         cli.main(list(args))
         code = 0
@@ -66,17 +69,18 @@ def copy_of(trained, tmp_path):
 # -- [8] every argument is checked up front; [2] nothing is written before -------------------
 
 @pytest.mark.parametrize("extra, words", [
-    (["--heads", "0"], ["--heads", ">= 1"]),
+    (["--num-heads", "0"], ["--num-heads", ">= 1"]),
     (["--d-ff", "0"], ["--d-ff"]),
     (["--d-model", "0"], ["--d-model"]),
     (["--eval-every", "0"], ["--eval-every"]),
-    (["--layers", "0"], ["--layers"]),
+    (["--num-encoder-layers", "0"], ["--num-encoder-layers"]),
+    (["--num-decoder-layers", "0"], ["--num-decoder-layers"]),
     (["--steps", "0"], ["--steps"]),
     (["--n-train", "0"], ["--n-train"]),
     (["--lr", "nan"], ["--lr", "nan"]),
     (["--dropout", "1.0"], ["--dropout", "[0, 1)"]),
     (["--label-smoothing", "2"], ["--label-smoothing"]),
-    (["--d-model", "10", "--heads", "4"], ["divisible"]),
+    (["--d-model", "10", "--num-heads", "4"], ["divisible"]),
     (["--tokenizer", "char"], ["--tokenizer", "its own tokenisation"]),
     (["--vocab-size", "100"], ["--vocab-size", "its own tokenisation"]),
     (["--max-len", "0"], ["--max-len"]),
@@ -99,7 +103,7 @@ def test_out_naming_a_file_is_refused(capsys, tmp_path):
 
 @pytest.mark.parametrize("command", ["evaluate", "translate"])
 def test_beam_zero_is_refused(capsys, trained, command):
-    args = ["--checkpoint", str(trained), "--beam", "0"] + (["abc"] if command == "translate" else [])
+    args = ["--run", str(trained), "--beam", "0"] + (["abc"] if command == "translate" else [])
     assert_one_line_error(*run(capsys, command, *args)[::2], "--beam")
 
 
@@ -132,6 +136,15 @@ def test_resume_with_another_task_is_refused(capsys, copy_of):
     code, _, err = run(capsys, "train", "--task", "copy", "--out", str(run_dir), "--resume")
     assert_one_line_error(code, err, "'reverse'", "'copy'")
     assert (run_dir / "last.npz").read_bytes() == before
+
+
+def test_resume_needs_only_the_run_directory(capsys, copy_of):
+    run_dir = copy_of()
+    code, out, err = run(capsys, "train", "--out", str(run_dir), "--resume", "--steps", "6")
+    assert code == 0, err
+    assert f"resuming {run_dir} at step 4" in out and int(tx.load(run_dir / "last.npz")["step"]) == 6
+    code, _, err = run(capsys, "train", "--resume")
+    assert_one_line_error(code, err, "--resume needs --out")
 
 
 def test_resume_with_a_changed_corpus_is_refused(capsys, tmp_path):
@@ -187,7 +200,7 @@ def test_damaged_run_files_are_one_line(capsys, copy_of, name, content, words):
         data["checksums"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
         (run_dir / "run.json").write_text(json.dumps(data))
     for command in (["evaluate"], ["translate", "abc"]):
-        code, _, err = run(capsys, command[0], "--checkpoint", str(run_dir), *command[1:])
+        code, _, err = run(capsys, command[0], "--run", str(run_dir), *command[1:])
         assert_one_line_error(code, err, *words)
     code, _, err = run(capsys, "train", "--task", "reverse", "--out", str(run_dir), "--resume")
     assert_one_line_error(code, err, name)
@@ -210,15 +223,33 @@ def test_a_damaged_metrics_log_never_blocks_a_resume(capsys, copy_of, damage):
 # -- [6] translate cleans its input as training cleaned the pairs ------------------------------
 
 def test_translate_strips_like_training_and_keeps_empty_lines(capsys, monkeypatch, trained):
-    code, plain, err = run(capsys, "translate", "--checkpoint", str(trained), "abc", "hgf")
+    code, plain, err = run(capsys, "translate", "--run", str(trained), "abc", "hgf")
     assert code == 0, err
-    code, out, err = run(capsys, "translate", "--checkpoint", str(trained),
+    code, out, err = run(capsys, "translate", "--run", str(trained),
                          stdin="abc\r\n\n  hgf  \r\n", monkeypatch=monkeypatch)
     assert code == 0, err
     lines = plain.splitlines()
     assert out.splitlines() == [lines[0], "", lines[1]]
-    code, out, err = run(capsys, "translate", "--checkpoint", str(trained), "")
+    code, out, err = run(capsys, "translate", "--run", str(trained), "")
     assert code == 0 and out == "\n", err
+
+
+# -- issue 32 [3]: a line of standard input is a line of a corpus file --------------------------
+
+@pytest.mark.parametrize("inside", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"],
+                         ids=["VT", "FF", "FS", "GS", "RS", "NEL", "LS", "PS", "lone-CR"])
+def test_translate_gives_one_output_line_per_input_line(capsys, monkeypatch, trained, tmp_path, inside):
+    """str.splitlines() cuts at each of these; a corpus file's reader does not, nor does translate."""
+    from models.translate.corpus import read_corpus
+
+    text = f"abc{inside}def\nghi\n"
+    code, out, err = run(capsys, "translate", "--run", str(trained), stdin=text, monkeypatch=monkeypatch)
+    assert code == 0, err
+    code, expected, err = run(capsys, "translate", "--run", str(trained), "abc def", "ghi")
+    assert out == expected and len(out.splitlines()) == 2
+    corpus = tmp_path / "pairs.tsv"  # the same text as a corpus: as many pairs as translate gave lines
+    corpus.write_bytes(text.replace("\n", "\tx\n").encode())
+    assert [s for s, _ in read_corpus(corpus).pairs] == ["abc def", "ghi"]
 
 
 # -- [7] overly long pairs are left out, with a count ------------------------------------------
@@ -231,8 +262,6 @@ def test_overly_long_training_pairs_are_left_out(capsys, tmp_path):
                          "--max-len", "20")
     assert code == 0, err
     assert "left out 1 pairs longer than --max-len 20 tokens" in out
-    import tinygrad_tx as tx
-
     assert tx.load(tmp_path / "run" / "last.npz")["config"]["max_len"] <= 2 * 20 + 16
 
 
@@ -242,7 +271,8 @@ def test_run_files_honour_the_umask(tmp_path):
     previous = os.umask(0o027)
     try:
         trainer = Trainer(TrainSettings(task="copy", out=str(tmp_path / "run"), steps=2, eval_every=2,
-                                        d_model=8, heads=2, layers=1, d_ff=8, n_train=20, n_held_out=5))
+                                        d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=8,
+                                        n_train=20, n_held_out=5))
 
         class Quiet:
             def update(self, n): pass
@@ -273,10 +303,23 @@ def test_a_closed_pipe_ends_quietly():
 
 
 def test_a_checkpoint_of_an_unknown_model_is_one_line(capsys, copy_of):
-    import tinygrad_tx as tx
-
     run_dir = copy_of()
     state = tx.load(run_dir / "best.npz")
     tx.save({**state, "model": "Klingon"}, run_dir / "best.npz")
-    code, _, err = run(capsys, "evaluate", "--checkpoint", str(run_dir))
+    code, _, err = run(capsys, "evaluate", "--run", str(run_dir))
     assert_one_line_error(code, err, "best.npz", "Klingon")
+
+
+# -- issue 22 [14]: translate --attention checks its argument before it translates ---------------
+
+@pytest.mark.parametrize("name, words", [("attention.xyz", ["attention.xyz", ".png"]),
+                                         ("picture", ["picture", ".png"]),
+                                         ("", ["is a directory"])])
+def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, tmp_path, trained, name, words):
+    """Issue 22, item 14: `translate --attention FILE` printed the translation, then failed with
+    exit 2; the picture's name is checked first."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / name if name else tmp_path
+    code, out, err = run(capsys, "translate", "--run", str(trained), "abc", "--attention", str(target))
+    assert_one_line_error(code, err, *words)
+    assert out == ""

@@ -146,3 +146,15 @@ def test_describe_counts_what_a_user_checks(tmp_path):
     assert "6 pairs, 4 distinct sources" in report
     assert "ignoring the others" in report
     assert "duplicate pairs: 1; empty side: 1; identical sides: 1" in report
+
+
+# --- CR-only line endings (issue 22, item 14) -------------------------------------------
+
+def test_a_corpus_with_cr_endings_is_read_line_by_line(tmp_path):
+    """Issue 22, item 14: a file with CR-only line endings was read as one line of 201 columns."""
+    pairs = [("Run!", "Cours !"), ("Who?", "Qui ?"), ("Wow!", "Ça alors !")]
+    for ending in ("\r", "\r\n", "\n"):
+        path = tmp_path / "pairs.tsv"
+        path.write_bytes("".join(f"{s}\t{t}\tCC-BY{ending}" for s, t in pairs).encode())
+        corpus = read_corpus(path)
+        assert corpus.pairs == pairs and corpus.columns == 3, ending

@@ -63,17 +63,17 @@ def test_evaluate_counts_sources_and_references(corpus_run):
     import sacrebleu
 
     _, out, _ = corpus_run
-    result = run_cli("evaluate", "--checkpoint", str(out), "--json", "--by-length")
+    result = run_cli("evaluate", "--run", str(out), "--json", "--by-length")
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout)
     sources = group_references(read_tsv(out / "test.tsv"))
     assert metrics["n"] == len(sources) and metrics["references"] == len(read_tsv(out / "test.tsv"))
     assert sum(n for _, n, _ in metrics["by_length"]) == metrics["n"]
-    outputs = run_cli("translate", "--checkpoint", str(out), stdin="\n".join(s for s, _ in sources) + "\n")
+    outputs = run_cli("translate", "--run", str(out), stdin="\n".join(s for s, _ in sources) + "\n")
     hypotheses = outputs.stdout.splitlines()
     streams = [[refs[k] if k < len(refs) else None for _, refs in sources] for k in range(2)]
     assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, streams).score)
-    text = run_cli("evaluate", "--checkpoint", str(out)).stdout
+    text = run_cli("evaluate", "--run", str(out)).stdout
     beam = json.loads((out / "run.json").read_text())["decoding"]["beam"]  # chosen on the validation set
     assert f"({len(sources)} sources, {metrics['references']} references, {f'beam {beam}' if beam > 1 else 'greedy'}" \
         in text
@@ -85,18 +85,18 @@ def test_the_run_directory_is_self_contained(corpus_run, tmp_path):
     shutil.move(data, moved)  # the corpus is gone: translate and evaluate need only the run
     try:
         picture = tmp_path / "attention.png"
-        result = run_cli("translate", "--checkpoint", str(out), "the small cat sees the dog",
+        result = run_cli("translate", "--run", str(out), "the small cat sees the dog",
                          "--attention", str(picture))
         assert result.returncode == 0, result.stderr
         assert len(result.stdout.splitlines()) == 1 and picture.exists()
-        assert run_cli("evaluate", "--checkpoint", str(out)).returncode == 0
+        assert run_cli("evaluate", "--run", str(out)).returncode == 0
     finally:
         shutil.move(moved, data)
 
 
 def test_unknown_characters_are_reported(corpus_run):
     _, out, _ = corpus_run
-    result = run_cli("translate", "--checkpoint", str(out), "the cat \u263a")
+    result = run_cli("translate", "--run", str(out), "the cat \u263a")
     assert result.returncode == 0 and "never occurred in training" in result.stderr
 
 
@@ -111,7 +111,7 @@ def test_shared_vocabulary_ties_the_embeddings(tmp_path):
     assert config.tie_embeddings and config.src_vocab == config.tgt_vocab
     assert saved["tokenizers"]["src"] == saved["tokenizers"]["tgt"]
     assert (saved["tokenizers"]["src"]["kind"], saved["tokenizers"]["src"]["file"]) == ("unigram", "shared.model")
-    assert run_cli("translate", "--checkpoint", str(out), "the cat").returncode == 0
+    assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
 
 
 def test_length_filter_is_counted(tmp_path):
@@ -154,7 +154,7 @@ def test_a_damaged_tokenizer_model_is_named(corpus_run, tmp_path, damage):
         (copy / "tgt.model").unlink()
     else:
         shutil.copy(copy / "src.model", copy / "tgt.model")
-    result = run_cli("evaluate", "--checkpoint", str(copy))
+    result = run_cli("evaluate", "--run", str(copy))
     assert result.returncode == 2 and "tgt.model" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -58,9 +58,9 @@ def test_train_starts_its_own_processes(tmp_path):
     data = write_anki(tmp_path / "fra.txt", n_sources=60)
     out = tmp_path / "run"
     done = run_cli("train", "--data", str(data), "--out", str(out), "--processes", "2", "--time", "90s",
-                   "--eval-every", "10", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
-                   "--batch-size", "16", "--vocab-size", "100")
+                   "--eval-every", "10", "--d-model", "16", "--num-heads", "2", "--num-encoder-layers", "1",
+                   "--num-decoder-layers", "1", "--d-ff", "32", "--batch-size", "16", "--vocab-size", "100")
     assert done.returncode == 0, done.stderr
-    assert ", 2 processes," in done.stdout and "held-out test" in done.stdout
+    assert "1 BLAS thread each, 2 processes" in done.stdout and "held-out test" in done.stdout
     planned = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "planned_steps" in r]
     assert len(planned) == 1 and f"of {planned[0]['planned_steps']} in" in done.stdout

@@ -5,7 +5,11 @@ import pytest
 
 from models.text import grammar
 from models.translate import tasks
+from models.translate.tasks import TASKS
 from models.text.grammar import ADJECTIVE_BY_EN, NOUN_BY_EN, VERB_BY_EN, NounPhrase, Sentence
+
+from .test_cli_errors import run
+from .test_run import TINY
 
 SIZES = dict(n_train=300, n_valid=50, n_test=50)
 
@@ -367,3 +371,21 @@ def test_dates_probe_is_every_format_of_fifty_dates_with_edges():
         assert _parse_date(src) == {datetime.date.fromisoformat(tgt)}, src
     with pytest.raises(ValueError, match="no probe"):
         tasks.probe_pairs("copy")
+
+
+# --- a tiny --n-train (issue 22, item 14) ----------------------------------------------
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_a_task_holds_out_as_many_as_asked_whatever_n_train(name):
+    """Issue 22, item 14: `--n-train 1` said "999 rarely drawn sources ... 1000 requested"; a task
+    draws a larger pool to hold out from."""
+    splits = TASKS[name].make_splits(0, 1, 500, 500)
+    assert [len(splits[s]) for s in ("train", "valid", "test")] == [1, 500, 500]
+    held_out = {s for s, _ in splits["valid"] + splits["test"]}
+    assert len(held_out) == 1000 and splits["train"][0][0] not in held_out
+
+
+def test_n_train_1_trains(capsys, tmp_path):
+    """Issue 22, item 14, end to end: `train --n-train 1` trains."""
+    code, _, err = run(capsys, "train", "--task", "reverse", "--out", str(tmp_path / "r"), *TINY, "--n-train", "1")
+    assert code == 0, err

@@ -1,9 +1,9 @@
 """all_reduce, broadcast and barrier on Tensors, device arrays, NumPy arrays and numbers.
 
 Every rank must call the same collectives in the same order, as in MPI. In a job of
-one they return their input unchanged. `all_reduce` and `broadcast` are replayable
-(`observers.replayable`): inside a `tx.jit` step, a replay calls them again on its own
-arrays, so the ranks stay in step and in agreement.
+one they return their input unchanged. They are replayable (`observers.replayable`): the
+profiler times them, and inside a `tx.jit` step a replay calls them again on its own arrays,
+so the ranks stay in step and in agreement.
 """
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ def all_reduce(t: Any, op: str = "mean") -> Any:
     if op not in OPS:
         raise ValueError(f"all_reduce: op must be one of {OPS}, not {op!r}")
     if isinstance(t, (int, float)):
-        # a host number that differs from call to call: a jit could only repeat it
-        observers.show_read(None, "all-reduced as a Python number (all_reduce a Tensor instead)")
         return _all_reduce(np.array(t, dtype=np.float64 if isinstance(t, float) or op == "mean" else np.int64),
                            op).item()
     return _all_reduce(t, op)

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd, observers
+from .. import observers
+from ..backward import queue_callback
 from ..nn import Module
 from ..tensor import Tensor
 from .collectives import broadcast
@@ -103,7 +104,7 @@ class DataParallel:
         flat[start:stop] = p.grad.data.reshape(-1)
         flat[bucket.size + i] = 1
         bucket.ready += 1
-        autograd.queue_callback(self._finish)
+        queue_callback(self._finish)
         self._start_buckets(every=False)
 
     def _buffer(self, bucket: _Bucket, p: Tensor) -> Any:

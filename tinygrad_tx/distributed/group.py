@@ -37,10 +37,12 @@ class Group:
     rank: int = 0
     size: int = 1
     local_rank: int = 0  # rank among the processes on this host: picks the GPU
+    local_size: int = 1  # processes on this host
     mpi: MpiCommunicator | None = None
     nccl: NcclCommunicator | None = None
     comm: Any = None  # the mpi4py communicator
     timeout: float = DEFAULT_TIMEOUT_S
+    gpu_chosen: bool = False
 
     def communicator(self, backend: Backend) -> MpiCommunicator | NcclCommunicator:
         """NCCL for GPU arrays (made on first use: every rank gets here with the same
@@ -70,14 +72,22 @@ def init(device: str | None = None) -> Group:
 
     With device "cuda", each rank takes the GPU `local_rank % number of GPUs`, so ranks on
     one host use different GPUs: call it before the first tensor on "cuda" (even before
-    `tx.set_device("cuda")`, which already allocates on the current GPU).
+    `tx.set_device("cuda")`, which already allocates on the current GPU). A rank may join
+    first and name its device later (the ranks can agree on it before any touches a GPU).
     """
     global _group
-    if _group is not None:
-        return _group
+    if _group is None:
+        _group = _join()
+    if device == "cuda" and launched_by_mpi() and not _group.gpu_chosen:
+        _choose_gpu(_group.local_rank, _group.local_size)
+        _group.gpu_chosen = True
+    return _group
+
+
+def _join() -> Group:
+    """This process's place in the job mpiexec started; a job of one without mpiexec."""
     if not launched_by_mpi():
-        _group = Group()
-        return _group
+        return Group()
     try:
         from mpi4py import MPI
     except ImportError as e:
@@ -85,13 +95,12 @@ def init(device: str | None = None) -> Group:
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks that share this host's memory
     timeout = _timeout_from_environment()
-    _group = Group(comm.rank, comm.size, local.rank, MpiCommunicator(comm, timeout), comm=comm, timeout=timeout)
+    joined = Group(comm.rank, comm.size, local.rank, local.size, MpiCommunicator(comm, timeout), comm=comm,
+                   timeout=timeout)
     local.Free()
     if comm.size > 1:
         sys.excepthook = _abort_on_uncaught
-    if device == "cuda":
-        _choose_gpu(_group.local_rank)
-    return _group
+    return joined
 
 
 def _timeout_from_environment() -> float:
@@ -105,8 +114,8 @@ def _timeout_from_environment() -> float:
     return seconds
 
 
-def _choose_gpu(local_rank: int) -> None:
-    """Make GPU `local_rank % count` current, before CuPy allocates anything on another one."""
+def _choose_gpu(local_rank: int, local_size: int) -> None:
+    """Make this rank's GPU current, before CuPy allocates anything on another one."""
     try:
         import cupy
 
@@ -114,8 +123,18 @@ def _choose_gpu(local_rank: int) -> None:
     except Exception:  # no CuPy or no usable GPU: the backend's error says which, and how to fix it
         get_backend("cuda")
         raise
-    if count:
-        cupy.cuda.Device(local_rank % count).use()
+    cupy.cuda.Device(gpu_of(local_rank, local_size, count)).use()
+
+
+def gpu_of(local_rank: int, local_size: int, count: int) -> int:
+    """The GPU of the rank `local_rank` of `local_size` on a host with `count` GPUs: its own.
+    NCCL refuses two ranks of one communicator on one GPU (on a one-GPU H200, two ranks
+    failed with NCCL_ERROR_INVALID_USAGE), so more ranks than GPUs is refused here, in words."""
+    if local_size > count:
+        raise DistributedError(f"{local_size} ranks on this host but {count} GPU(s): data parallelism on "
+                               f"cuda needs one GPU per rank; start at most {count} rank(s) per host "
+                               "(mpiexec -n N), or use --device cpu")
+    return local_rank
 
 
 def _abort_on_uncaught(kind, value, tb) -> None:

@@ -10,8 +10,9 @@ them with their output.
 - `name_parameters(model)` and `attention_maps(model)`; module hooks live on `nn.Module`;
 - `explore(fn, *args)`: all of the above for one call of `fn`, in a browser page.
 
-All of them observe the engine through one list of observers (see `instrument.py`),
-which is empty, and so free, unless one of them is active.
+All of them observe the engine through one list of observers (`tinygrad_tx/observers.py`,
+whose `Observer` they subclass: `Instrument` here), which is empty, and so free, unless one
+of them is active.
 """
 from .anomaly import AnomalyError, detect_anomaly
 from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot
@@ -22,13 +23,14 @@ from .trace import trace_backward
 
 
 
-def explore(fn, *args, port: int | None = None, open: bool = False, host: str = "127.0.0.1") -> None:
+def explore(fn, *args, port: int | None = None, open: bool = False, host: str = "127.0.0.1", html=None):
     """Serve a browser page about one call `fn(*args)`: its graph, backward step by step, its
-    compiled form (see `tinygrad_tx.inspect.explorer`, imported here only when used: the web
-    server's modules would slow down every `import tinygrad_tx`)."""
+    compiled form; or, with `html=FILE`, write it as one self-contained file and return it
+    (shown inline in Jupyter). See `tinygrad_tx.inspect.explorer`, imported here only when
+    used: the web server's modules would slow down every `import tinygrad_tx`."""
     from .explorer import explore as serve
 
-    serve(fn, *args, port=port, open=open, host=host)
+    return serve(fn, *args, port=port, open=open, host=host, html=html)
 
 
 __all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",

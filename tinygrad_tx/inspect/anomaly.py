@@ -16,7 +16,7 @@ from __future__ import annotations
 import linecache
 from typing import Any
 
-from ..autograd import Function
+from ..function import Function
 from .instrument import Instrument, describe, nonfinite, raw, user_frames
 
 
@@ -27,7 +27,7 @@ class AnomalyError(RuntimeError):
 class detect_anomaly(Instrument):
     """Context manager: raise `AnomalyError` at the first NaN or Inf in forward or backward."""
 
-    def forward(self, fn, inputs, output, seconds, recorded) -> None:
+    def forward(self, fn, inputs, params, output, seconds, recorded) -> None:
         fn.created_at = user_frames()
         kind = nonfinite(output, fn.backend.xp)
         if kind:

@@ -95,7 +95,7 @@ class record_modules(Instrument):
         self._stack[-1].outputs = [(t.shape, t.dtype) for t in items if isinstance(t, Tensor)]
         self._stack = self._stack[:-1]
 
-    def forward(self, fn, inputs, output, seconds, recorded) -> None:
+    def forward(self, fn, inputs, params, output, seconds, recorded) -> None:
         fn.scope = self._stack
 
 

@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..autograd import Function
-from ..plan import BackwardPlan, Route
+from ..function import Function
+from ..backward import BackwardPlan, Route
 from ..tensor import Tensor
 from .instrument import Instrument, describe, norm, raw
 
@@ -79,10 +79,12 @@ class trace_backward(Instrument):
         plan, number = self._walking[-1]
         i = number[id(fn)]
         step = Step(len(self.steps) + 1, fn, raw(grad), i)
-        for route in plan.steps[i].routes:
-            g = grads[route.input]
+        n = len(plan.nodes)
+        for route in plan.routes[i]:
+            k, to, _ = route
+            g = grads[k]
             if g is not None:
-                target = plan.leaves[route.to] if route.leaf else plan.steps[route.to].node
+                target = plan.leaves[to - n] if to >= n else plan.nodes[to]
                 self._arrivals[id(target)] += 1
                 step.sent.append(Flow(target, raw(g), self._arrivals[id(target)], route))
         self.steps.append(step)

@@ -12,13 +12,13 @@ per result, a device check per op, a node per op, the sort of the graph, a shape
 and dtype check per gradient, a dictionary of pending gradients. Yet for one
 *input signature* (argument shapes, dtypes and devices, grad mode, the modules'
 train/eval mode, which captured tensors require grad) that bookkeeping comes out
-the same at every call. So the first call runs eagerly while an instrument (the
+the same at every call. So the first call runs eagerly while an observer (on the
 engine's observer list, the one `tx.inspect` uses) writes down everything it
 sees, and later calls run only the arithmetic (with `verify=True` the second call
 records as well and must write down the same program). What the instrument sees is exactly what
 this file can replay:
 
-- each op's forward (`op`): its Function class, its params, and where each input
+- each op's forward (`forward`): its Function class, its params, and where each input
   comes from: a *slot* written by an earlier op, an argument, a captured tensor
   (a parameter: its `.data` is read live at each call) or a constant;
 - each backward (`backward_begin` ... `backward_end`): the engine's own plan of
@@ -54,7 +54,7 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
-- Changes made outside ops and replayable calls raise `JitError` (`observers.show_side_effect`):
+- Changes made outside ops and replayable calls raise `JitError` (watched while recording, `watch.py`):
   a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
@@ -62,14 +62,16 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   replayed), `opt.lr *= 0.5` (a write to an optimizer's or a schedule's attribute: a
   schedule's `step()` is replayed) and writes into a raw array got from `.data`
   (`p.data[...] = v`, `np.clip(g.data, ..., out=g.data)`), found by their values (`watch.py`).
-  Host randomness (`nn.init`, `tx.randn`) is refused as a read. `tx.manual_seed` and
+  Host randomness (`nn.init`, `tx.randn`) is refused as a read (found by the host generator's
+  state, which is one for all threads). `tx.manual_seed` and
   `backend.seed` are replayable calls; a collective given a raw array, a Python number or a
   tensor made in the function outside ops (`tx.Tensor(n)`), and a call on an optimizer or
   schedule made in the function (eager would start from fresh state at every call) are
   refused.
 - Two ops that return one and the same object (NumPy's shared `np.True_` from two 0-d
   comparisons) cannot be told apart by the record: using either is refused.
-- A recording is one thread's: what other threads do meanwhile stays out of it.
+- A recording is one thread's: what other threads do meanwhile stays out of it (but for
+  numbers drawn from the host generator meanwhile, which refuse the recording).
 - Arrays computed outside ops (raw NumPy/CuPy on `.data`, or `tx.Tensor(array)`
   made inside `fn`) are constants of the record; with `verify=True`, two
   recordings that got different values raise `JitError`. Masks and ids made with Tensor operations (`ids.ne(pad)`,
@@ -82,25 +84,34 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   learning rate on the optimizer, not in the arguments). A tensor in reach passed as an
   argument (`f(p)` where `f` also uses `p`) is part of the signature by identity, and
   the function's own uses of it read it, not the argument, at a replay.
-- The modules in reach (found at the first call: the function itself, `self`,
-  what a `functools.partial` binds, closure cells, globals, and what those hold
-  one level down, inside lists, tuples and dicts too) give every submodule's
-  train/eval mode to the signature; a module the search missed but the function
-  called (through a helper function, say) is checked at each call against its mode
-  when first called, and records anew when it changed. `train()`/`eval()` inside the function is replayed.
-  Captured tensors are checked at each call: one that changed its shape, dtype,
-  device or `requires_grad` records anew. Between two calls, what the function
-  reaches (closure cells, the globals it names, what a partial binds) and what every
-  module in reach or called holds (attributes, lists, tuples and dicts in them) are
-  compared by identity: `Dropout.p = 0.0`, `ModuleList.append`, a submodule or a
-  weight replaced, a global rebound drop every record, so the next call records
-  anew (what the function itself changes during a call is no change). Not seen:
-  a field of another object changed (a config object the function reads),
-  other objects made inside the function (a fresh leaf such as
-  `tx.zeros(n, requires_grad=True)`: the record keeps the first call's), and
-  Python state the function writes or reads inside objects (counters, attributes
-  of non-module objects, a Python number such as `clip_grad_norm`'s result used in
-  an `if`): all fixed at the recording.
+- What the function reaches from outside: its global names, closure cells and defaults, `self`
+  of a method, what a `functools.partial` binds, its non-tensor arguments, and from those the
+  items of lists, tuples and dicts, the fields of objects (modules, dataclasses, any object's
+  attributes and its class's) and the globals and cells of the functions and methods it calls
+  (`reach.py`; the engine's and installed libraries' code is not looked into). The modules
+  found there (at the first call) give every submodule's train/eval mode to the signature; a
+  module the search missed but the function called is checked at each call against its mode
+  when first called, and records anew when it changed. `train()`/`eval()` inside the function
+  is replayed. Every object the record holds from outside (a tensor it reads, an optimizer or a
+  module its calls act on) is found again before each call by every way the recording found
+  it: where another object stands now (`PARAMS["w"] = new`, `batch.w = new`, a global or a
+  cell rebound, a submodule or a weight replaced) the call records anew; one found in no such
+  place (through a weak reference, say) is refused, as its replacement could not be seen.
+  Captured tensors are checked too: one that changed its shape, dtype, device or
+  `requires_grad` records anew. And what the function names (its globals and cells) and what
+  every module in reach or called holds (attributes, lists, tuples and dicts in them) are
+  compared by identity: `Dropout.p = 0.0`, `ModuleList.append`, a global rebound record anew.
+  All of these are taken as they were when the recording began (or, for a tensor, when the
+  function first used it), not as the function left them: what the function changes itself
+  (`p.requires_grad_(False)` after using p, `model.drop.p = 0.0`, `PARAMS["w"] = w * 0.9`) a
+  replay would not change again, so the next call records anew, as eager would run it. A
+  function that makes such a change at every call (a counter a module increments) records at
+  every call, at eager speed, and a RuntimeWarning names what it changes. Not seen: a field of a
+  non-module object changed (a number in a config object the function reads), other objects
+  made inside the function (a fresh leaf such as `tx.zeros(n, requires_grad=True)`: the record
+  keeps the first call's), and Python state the function writes or reads inside non-module
+  objects (counters, a Python number such as `clip_grad_norm`'s result used in an `if`): all
+  fixed at the recording.
 - Checks of values run at every call, since the ops make them in `forward`
   (ids in range for embedding, cross-entropy and indexing); checks of shapes and
   dtypes, which the signature fixes, ran while recording only.
@@ -129,8 +140,10 @@ per signature, so it is for developing a step, not the default. Records are kept
 recently used evicted beyond `max_traces`; `jitted.memory()` counts the bytes they hold (their constants:
 a record holds no activations between calls).
 
-Files: this one holds `jit` (signatures, the cache of records); `record.py` writes a
-record while the function runs eagerly (`watch.py`: what it sees of `.data` and `.grad`);
+Files: this one holds `jit` (signatures, the cache of records); `reach.py` maps what the
+function reaches from outside and checks it before each replay; `record.py` writes a record
+while the function runs eagerly (`watch.py`: what it watches around ops: `.data`, `.grad`,
+hooks, modules called, optimizers made);
 `program.py` holds its instructions (ops, backward walks, calls); `tape.py` is the record
 itself and its replay; `liveness.py` finds where a replay can give each array back;
 `codegen.py` writes a record as the Python function a replay runs.
@@ -138,16 +151,17 @@ itself and its replay; `liveness.py` finds where a replay can give each array ba
 from __future__ import annotations
 
 import functools
-import operator
-import types
+import warnings
 from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
 
-from .. import autograd, observers
+from .. import observers
+from ..function import is_grad_enabled
 from ..nn import Module
 from ..tensor import Tensor
+from .reach import ENGINE_WAYS, Reach, contents, describe_change, module_contents, same
 from .record import JitError, Recorder, check_same, record
 from .tape import Tape
 
@@ -171,7 +185,9 @@ class Jitted:
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
         self._watched: list[Module] = []  # those and every module a recording called, with submodules
         self._outside: dict[int, Tensor] = {}  # the tensors in reach (modules' too), by id
-        self._after: list = []  # what the function reached and they held after the last call (`_contents`)
+        self._assumed: list = []  # what the function reached and the modules held when the last recording began
+        self._split = 0  # modules watched from the last recording on: as it left them (`_contents_now`)
+        self._changed = self._warned = False  # whether the last recording changed what it reads (warned once)
         self.refused: dict[tuple, JitError] = {}  # signatures whose two recordings differed (verify)
         functools.update_wrapper(self, fn, updated=())  # name and docstring; not a module's attributes
 
@@ -182,20 +198,20 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(type(o) is Recorder for o in observers.active):
             return self.fn(*args, **kwargs)  # inside another jitted function's recording: it records these ops
-        if self._modules is None or not _same(_contents(self.fn, self._watched), self._after):
+        if self._modules is None or not same(self._contents_now(), self._assumed):
             self._find_modules()  # at the first call (globals defined after the decorator exist now), or
-            self.tapes.clear()  # something was rebound or replaced since the last: its records are stale
-        try:
-            return self._run(args, kwargs)
-        finally:
-            self._after = _contents(self.fn, self._watched)
+            self.tapes.clear()  # something was rebound or replaced since the last recording began, by
+        return self._run(args, kwargs)  # the user or by the function itself: its records are stale
+
+    def _contents_now(self) -> list:
+        """`contents` of what the function reaches, split as `_assumed` was taken."""
+        return contents(self.fn, self._watched[:self._split]) + module_contents(self._watched[self._split:])
 
     def _find_modules(self) -> None:
-        reach = _in_reach(self.fn)
+        reach = Reach([self.fn]).objects.values()
         self._modules = list({id(m): m for top in reach if isinstance(top, Module) for m in top.modules()}.values())
         self._watched = list(self._modules)
-        self._outside = {id(t): t for t in (*(t for t in reach if isinstance(t, Tensor)),
-                                            *(t for m in self._modules for _, t in m.named_tensors()))}
+        self._outside = {id(t): t for t in reach if isinstance(t, Tensor)}
 
     def _run(self, args: tuple, kwargs: dict) -> Any:
         """Replay the record of these arguments' signature, or record one."""
@@ -209,6 +225,7 @@ class Jitted:
             self.replays += 1
             return tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
+        split, before = len(self._watched), contents(self.fn, self._watched)  # what the recording assumes
         tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree
             try:
@@ -221,6 +238,8 @@ class Jitted:
         watched = {id(m): m for m in self._watched}
         watched.update((id(sub), sub) for m in tape.modules for sub in m.modules())
         self._watched = list(watched.values())
+        self._split, self._assumed = split, before + module_contents(self._watched[split:])  # those: as left
+        self._note_own_change()
         self.tapes[key] = tape
         self.tapes.move_to_end(key)
         while len(self.tapes) > self.max_traces:
@@ -228,12 +247,25 @@ class Jitted:
         self.traces += 1
         return result
 
+    def _note_own_change(self) -> None:
+        """After a recording: warn once if the function changed what it reads from outside (a module's
+        attribute, a global) in this recording and the one before, as a counter it increments does:
+        every call then records anew, which would be a silent slow path."""
+        change = describe_change(self._assumed, self._contents_now())
+        if change and self._changed and not self._warned:
+            self._warned = True
+            warnings.warn(f"tx.jit: {getattr(self.fn, '__qualname__', 'the function')} changes what it reads from "
+                          f"outside at every call ({change}); a replay would not change it again, so every call "
+                          "records anew, at eager speed. Keep such state outside the jitted function and the "
+                          "modules it calls", RuntimeWarning, stacklevel=4)
+        self._changed = bool(change)
+
     def _key(self, args: tuple, kwargs: dict, tensors: list) -> tuple:
         signature = _signature((args, kwargs), tensors)
         first_with_data: dict[int, int] = {}  # the same array passed twice is one slot of the record
         aliases = tuple(first_with_data.setdefault(id(t.data), i) for i, t in enumerate(tensors))
         pinned = tuple((i, id(t)) for i, t in enumerate(tensors) if id(t) in self._outside)  # f(p) may use p too
-        return (signature, aliases, pinned, autograd.is_grad_enabled(), tuple(m.training for m in self._modules or ()))
+        return (signature, aliases, pinned, is_grad_enabled(), tuple(m.training for m in self._modules or ()))
 
     def tape(self, *args: Any, **kwargs: Any) -> "Tape | None":
         """The record these arguments would replay (None if there is none yet)."""
@@ -242,6 +274,9 @@ class Jitted:
     def memory(self) -> int:
         """Bytes held by the records (their constants; no activations are kept between calls)."""
         return sum(tape.nbytes() for tape in self.tapes.values())
+
+
+ENGINE_WAYS[Jitted] = ("fn",)  # a jitted function called while another one records: its function's reach
 
 
 # -- signatures ------------------------------------------------------------------------------
@@ -270,86 +305,3 @@ def _signature(value: Any, tensors: list) -> Any:
     if value is None or isinstance(value, (bool, int, str, bytes)):
         return (type(value).__name__, value)
     return ("object", id(value))  # an optimizer, say: its identity matters; the record keeps it alive
-
-
-def _in_reach(fn: Callable) -> list:
-    """What `fn` can reach without arguments (`_roots`) and what each of those holds one level
-    down (attributes, items of a list, tuple or dict). The modes of the modules among them join
-    the signature."""
-    return list({id(v): v for obj in _roots(fn) for v in (obj, *_held_by(obj))}.values())
-
-
-def _roots(fn: Callable) -> list:
-    """`fn` itself (`tx.jit(model)`), `self` of a method, what a `functools.partial` binds,
-    closure cells and the globals it names."""
-    found = [fn, getattr(fn, "__self__", None)]
-    if isinstance(fn, functools.partial):
-        found += [*fn.args, *fn.keywords.values(), fn.func, getattr(fn.func, "__self__", None)]
-        fn = fn.func
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            found.append(cell.cell_contents)
-        except ValueError:  # a cell not yet filled
-            continue
-    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    return found + [names[n] for n in (code.co_names if code else ()) if n in names]
-
-
-_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
-
-
-def _held_by(obj: Any) -> list:
-    """What `obj` holds one level down (an object's attributes, a container's items), with
-    lists, tuples and dicts among them opened all the way down, as `Module` finds parameters."""
-    if isinstance(obj, dict):
-        items = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        items = list(obj)
-    elif not isinstance(obj, (type, Module, types.ModuleType, *_FUNCTIONS)) and hasattr(obj, "__dict__"):
-        items = list(vars(obj).values())
-    else:
-        return []
-    return [x for item in items for x in (item, *(_held_by(item) if isinstance(item, (list, tuple, dict)) else ()))]
-
-
-# -- changes between calls -------------------------------------------------------------------
-
-_END = object()  # closes a container's items in `_contents`
-
-
-def _contents(fn: Callable, modules: list[Module]) -> list:
-    """What `fn`'s roots are and what each module holds (attributes, and the items of their lists,
-    tuples and dicts all the way down; whether a tensor requires grad), in order. The objects
-    themselves, compared by identity (`_same`) and kept alive meanwhile, so that no id is reused:
-    `Dropout.p = 0.0`, a submodule replaced, `ModuleList.append`, a global rebound, a tensor
-    frozen each make another list. Taken after each call and before the next, so what the
-    function itself changes during a call is no change. The modules' train/eval modes are left
-    out: the signature has them."""
-    out, seen = _roots(fn), set()
-
-    def add_items(container: Any) -> None:
-        if id(container) in seen:  # held twice (or holding itself): its items once
-            return
-        seen.add(id(container))
-        for value in (x for kv in container.items() for x in kv) if type(container) is dict else container:
-            add(value)
-        out.append(_END)
-
-    def add(value: Any) -> None:
-        out.append(value)
-        if type(value) in (list, tuple, dict):
-            add_items(value)
-        elif type(value) is Tensor:  # Python in the function may check it (an optimizer made there does)
-            out.append(value.requires_grad)
-
-    for m in modules:
-        out.append(m)
-        for name, value in vars(m).items():
-            if name != "training":
-                out.append(name)
-                add(value)
-    return out
-
-
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(map(operator.is_, a, b))

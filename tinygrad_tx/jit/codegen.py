@@ -17,7 +17,7 @@ a replay still equals eager execution bit for bit. `Tape.source()` shows the cod
             G[1] = gt if G[1] is None else G[1] + gt
 
 `V` holds the slots (arrays), `F` the op objects kept for backward, `G` the
-gradients pending at ops, by op number, as a backward plan (`tinygrad_tx.plan`) routes them, `LG`
+gradients pending at ops, by op number, as a backward plan (`tinygrad_tx/backward.py`) routes them, `LG`
 the summed gradients of the leaves; a backward inside the function delivers
 its leaves' gradients through the engine's `LeafSink`. Each backward is its
 plan written out line by line: the same steps, routes, sums and deliveries.
@@ -30,7 +30,8 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from ..autograd import LeafSink, no_grad, sum_to
+from ..backward import LeafSink, sum_to
+from ..function import no_grad
 from ..tensor import Tensor
 from .program import Live
 
@@ -176,12 +177,12 @@ def _backward(w: _Writer, step) -> None:
     plan = step.plan
     seed = f"V[{step.seed[1]}]" if step.seed[0] == "slot" else f"{w.name(step.seed[1], 'seed')}.copy()"
     leaves = "(" + "".join(w.leaf(k) + ", " for k in plan.leaves) + ")"
-    w(f"with LeafSink({leaves}, {w.name(step.backend, step.backend.name)}) as sink, no_grad():")
+    w(f"LG = [None] * {len(plan.leaves)}  # each leaf's gradient, summed")
+    w(f"with LeafSink({leaves}, LG, 0, Wrap) as sink, no_grad():")
     if plan.steps:
-        w("LG = sink.grads  # each leaf's gradient summed in place of sink.add: one call less per route", 2)
         _steps(w, plan, seed, depth=2, frees=step.frees, sink=True)
     else:
-        w(f"sink.add(0, {seed})  # backward from a leaf", 2)
+        w(f"LG[0] = {seed}  # backward from a leaf", 2)
     w("sink.finish()", 2)
 
 
@@ -193,8 +194,9 @@ def _steps(w: _Writer, plan, seed: str, depth: int, frees: dict, sink: bool) -> 
     def line(text: str, indent: int = 0) -> None:
         w(text, depth + indent)
 
+    n = len(plan.nodes)
     line(f"G = [None] * {len(w.tape.ops)}")
-    line(f"G[{plan.steps[0].node}] = {seed}")
+    line(f"G[{plan.nodes[0]}] = {seed}")
     for i, step in enumerate(plan.steps):
         op = step.node
         if step.freed:
@@ -203,17 +205,17 @@ def _steps(w: _Writer, plan, seed: str, depth: int, frees: dict, sink: bool) -> 
         ins = ", ".join(f"V[{s}]" for s in w.tape.ops[op].ins)
         line(f"if G[{op}] is not None:  # step {i}: #{op} {step.op}")
         line(f"gs = F[{op}].backward(G[{op}], {ins})", 1)
-        for k, to, leaf, accumulates, shape in step.routes:
+        for (k, to, shape), adds in zip(step.routes, step.adds):
             line(f"gt = gs[{k}]", 1)
             line("if gt is not None:", 1)
             if shape is not None:
                 line(f"if gt.shape != {shape!r}:", 2)
                 line(f"gt = sum_to(gt, {shape!r})", 3)
-            if leaf:  # with a sink, LG is its sums by the plan's leaf number; else by the record's
-                target = f"LG[{to}]" if sink else f"LG[{plan.leaves[to]}]"
+            if to >= n:  # a leaf: with a sink, LG holds its sums by the plan's leaf number; else by the record's
+                target = f"LG[{to - n}]" if sink else f"LG[{plan.leaves[to - n]}]"
             else:
-                target = f"G[{plan.steps[to].node}]"
-            line(f"{target} = gt if {target} is None else {target} + gt" if accumulates else f"{target} = gt", 2)
+                target = f"G[{plan.nodes[to]}]"
+            line(f"{target} = gt if {target} is None else {target} + gt" if adds else f"{target} = gt", 2)
         released = [f"F[{op}]", *(f"V[{s}]" for s in frees.get(i, ()))] if step.releases else []
         line(" = ".join([f"G[{op}]", *released]) + " = None")
         for k in step.delivers if sink else ():

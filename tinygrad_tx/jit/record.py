@@ -1,6 +1,7 @@
-"""Writing a `Tape`: the function runs eagerly under `Recorder`, an instrument that sees
-every op, backward and call the engine makes (see the package docstring for what it can
-and cannot see); `check_same` compares the two recordings of a signature.
+"""Writing a `Tape`: the function runs eagerly under `Recorder`, an observer that sees
+every op, backward, call and read the engine shows (`observers.py`) and what `watch.py`
+watches around them (see the package docstring for what it can and cannot see);
+`check_same` compares the two recordings of a signature.
 """
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import backend_of
-from ..inspect.instrument import Instrument
+from ..backend import Backend, backend_of, host_rng
+from ..distributed.collectives import all_reduce
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
-from ..plan import BackwardPlan, PlanStep, backward_plan
+from ..backward import BackwardPlan, PlanStep, backward_plan
+from ..observers import Observer
 from ..tensor import Tensor
 from . import watch
 from .program import Backward, Call, Live, Op
 from .liveness import plan_frees
-from .tape import Tape
+from .reach import Links, Reach
+from .tape import Tape, guard_state
 
 
 class JitError(RuntimeError):
@@ -75,7 +78,7 @@ def _same_value(a: Any, b: Any) -> bool:
 
 def record(fn: Callable, args: tuple, kwargs: dict, tensors: list) -> tuple[Tape, Any]:
     """Run `fn` eagerly under a `Recorder`; returns the record and `fn`'s result."""
-    recorder = Recorder(tensors)
+    recorder = Recorder(tensors, Reach([fn, *_objects_in((args, kwargs))]))
     with recorder:
         result = fn(*args, **kwargs)
     tape = recorder.finish(result)
@@ -107,11 +110,12 @@ def _this_thread(method: Callable) -> Callable:
     return filtered
 
 
-class Recorder(Instrument):
-    """The instrument that writes a `Tape` while the function runs eagerly (in its own thread)."""
+class Recorder(Observer):
+    """The observer that writes a `Tape` while the function runs eagerly (in its own thread)."""
 
-    def __init__(self, tensors: list[Tensor]):
+    def __init__(self, tensors: list[Tensor], reach: Reach):
         self.tape = Tape()
+        self.reach = reach  # what the function reached from outside when the call began, and how
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.entry_of: dict[int, int] = {}  # id(eager Function) -> op number
         self.leaf_of: dict[int, int] = {}  # id(leaf tensor) -> leaf number
@@ -128,8 +132,11 @@ class Recorder(Instrument):
         self.made_inside: set[int] = set()  # id of each optimizer or schedule made while recording
         self.made_here: set[int] = set()  # id(tensor) of every tensor made while recording
         self.captured_of: dict[int, int] = {}  # id(tensor from outside) -> its slot
+        self.guard: list[tuple] = []  # each captured tensor's state when the function first used it
+        self.held: dict[int, Any] = {}  # objects from outside the record holds (call arguments), by id
         self.raw: dict[int, list] = {}  # id(tensor) -> [it, its array, a copy of its values, engine read last]
         self.shared: set[int] = set()  # id(array) that two ops returned: slot_of cannot tell which made it
+        self.host = self._host_state()  # the host generator and its state, to find numbers drawn from it
         for i, t in enumerate(tensors):
             if id(t.data) not in self.slot_of:
                 self.tape.args.append((self._new_slot(t.data, f"arg{i}"), i))
@@ -209,6 +216,7 @@ class Recorder(Instrument):
             self.read(t, "used in an op as a gradient (.grad)")
         slot = self.captured_of[id(t)] = self._new_slot(t.data, t.name or f"t{len(self.tape.captured)}", True)
         self.tape.captured.append((slot, t))
+        self.guard.append(guard_state(t))  # what the record assumes, before the function changes it
         self.captured_slots.add(slot)
         self.alive.append(t)
         return slot
@@ -262,6 +270,7 @@ class Recorder(Instrument):
             if owner is not None:
                 return Live("grad", owner)
             if id(value) not in self.made_here:
+                self.held[id(value)] = value
                 return value  # from outside (a parameter): the same tensor at every call
             slot = self._slot(value.data)
             if slot is None:
@@ -275,11 +284,13 @@ class Recorder(Instrument):
         if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
             raise JitError(f"jit: {where} got a raw array (.data?), which a replay would pass again as it "
                            "was while recording; pass the Tensor")
+        if not isinstance(value, (Backend, bool, int, float, str, bytes, type(None), np.generic)):
+            self.held[id(value)] = value  # an optimizer, a schedule, a module: the same object at every call
         return value
 
     # -- what the engine shows -----------------------------------------------------------------
     @_this_thread
-    def op(self, fn, inputs, params, output, recorded) -> None:
+    def forward(self, fn, inputs, params, output, seconds, recorded) -> None:
         if self.walking:
             return  # a leaf's `.grad + g`: part of the walk, which the record derives itself
         ins = tuple(self._source(t) for t in inputs)
@@ -303,10 +314,11 @@ class Recorder(Instrument):
             self.tape.program.append([op])
 
     @_this_thread
-    def backward_begin(self, root, grad, plan, create_graph, inputs) -> None:
+    def backward_begin(self, root, grad, plan, create_graph, targets) -> None:
         """Keep the engine's plan of this walk, numbered for the record (the replay runs the same plan)."""
-        if create_graph or inputs is not None:
+        if create_graph or targets is not None:
             raise JitError("jit: create_graph=True and tx.grad are not supported inside a jitted function")
+        self._check_host()
         self.walking += 1
         slot = self._slot(grad.data)
         seed = ("slot", slot) if slot is not None else ("const", grad.data.copy())
@@ -319,12 +331,16 @@ class Recorder(Instrument):
     def backward_end(self) -> None:
         self.walking -= 1
         self._engine_wrote()
+        self.host = self._host_state()  # hooks in backward run again at each replay: they may draw
 
     @_this_thread
-    def call(self, function, args, kwargs, result) -> None:
+    def call(self, function, args, kwargs, result, seconds) -> None:
         if self.walking:
             return
+        self._check_host()
         self._engine_wrote()
+        if function is all_reduce.__wrapped__ and args and isinstance(args[0], (int, float)):
+            self.read(None, "all-reduced as a Python number (all_reduce a Tensor instead)")
         if any(isinstance(a, Iterator) for a in (*args, *kwargs.values())):
             raise JitError(f"jit: {function.__qualname__} got an iterator (a generator?), which a replay "
                            "would find used up; pass a list")
@@ -341,12 +357,12 @@ class Recorder(Instrument):
         self.alive.append(result)
         self.tape.calls += 1
 
-    @_this_thread
+    # -- what watch.py shows (in this recording's thread only) -------------------------------------
     def stateful(self, obj) -> None:
+        """An object whose state replayable calls change (an optimizer, a schedule) is being made."""
         self.made_inside.add(id(obj))
         self.alive.append(obj)
 
-    @_this_thread
     def module(self, module: Module) -> None:
         """A module called: its mode at its first call is checked before each replay (`Tape.still_valid`;
         None if the function set it itself before), and its hooks are refused here, as a record made
@@ -358,9 +374,10 @@ class Recorder(Instrument):
         if id(module) not in self.modules:
             self.modules[id(module)] = (module, None if id(module) in self.mode_set else module.training)
 
-    @_this_thread
     def side_effect(self, how: str) -> None:
+        """A change made outside ops and replayable calls, which a replay would not make again."""
         if not self.walking:  # a hook running in backward runs again at each replay
+            self._check_host()  # an earlier cause first (nn.init: numbers drawn, then .data replaced)
             raise JitError(f"jit: {how} inside the function; a replay makes only its ops and replayable "
                            "calls (optimizer steps), so it would not do this again. Do it outside the "
                            "jitted function")
@@ -373,6 +390,8 @@ class Recorder(Instrument):
         Hooks that run during a backward (post-accumulate-grad) run again at each replay: they may read."""
         if self.walking:
             return
+        if t is not None:
+            self._check_host()
         if t is None or id(t.data) in self.slot_of or t.requires_grad or self._grad_owner(t) is not None:
             what = "numbers were" if t is None else f"a tensor of shape {t.shape} was"
             raise JitError(f"jit: {what} {how} while recording; a replay would repeat this call's value. "
@@ -387,24 +406,55 @@ class Recorder(Instrument):
                 return ("arg", i)
         return next((("tensor", c) for _, c in self.tape.captured if c.grad is t), None)
 
+    @staticmethod
+    def _host_state() -> tuple:
+        generator = host_rng()
+        return generator, generator.bit_generator.state
+
+    def _check_host(self) -> None:
+        """Refuse numbers drawn from the host generator (`nn.init`, `tx.randn`) since the last look,
+        outside backward: a replay would use this call's numbers again. (Its state is looked at, not
+        each draw, as the draws come through functions imported by name; the generator is one for all
+        threads, so another thread's draw meanwhile is refused too.) `tx.manual_seed` replaces it."""
+        generator, state = self.host
+        if generator.bit_generator.state != state:
+            self.read(None, "drawn from the host generator (nn.init, tx.randn)")
+        self.host = self._host_state()
+
     # -- the end -------------------------------------------------------------------------------
     def finish(self, result: Any) -> Tape:
+        self._check_host()
         for entry in self.raw.values():
             self._check(entry)
         tape = self.tape
         tape.output = self._output(result)
-        tensors = [t for _, t in tape.captured]
-        tape.guard = (tuple(tensors), [(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors])
+        tape.guard = (tuple(t for _, t in tape.captured), self.guard)
         tape.modules = [m for m, _ in self.modules.values()]
         tape.modes = [mode for _, mode in self.modules.values()]
+        tape.links = self._links()
         plan_frees(tape)
         return tape
+
+    def _links(self) -> Links:
+        """The ways the function reached what the record holds from outside, checked before each
+        replay (`reach.py`); refused if one of them was found no way the jit can look again."""
+        held = [t for _, t in self.tape.captured if id(t) not in self.made_here] + list(self.held.values())
+        for obj in held:
+            if not self.reach.reaches(obj) and not isinstance(obj, Module):  # modules made inside are new each call
+                what = f"the tensor {obj.name or ''} of shape {obj.shape}" if isinstance(obj, Tensor) else \
+                    f"the {type(obj).__name__}"
+                raise JitError(f"jit: the function used {what} from outside it, found in no place the jit looks "
+                               "again before each call (global and closure variables, arguments, and the items "
+                               "and fields of what they hold), so it could not see it replaced. Keep it in one "
+                               "of those, or pass it as an argument")
+        return self.reach.links_to(held + self.tape.modules)
 
     def _output(self, value: Any) -> tuple:
         if isinstance(value, Tensor):
             if id(value) in self.arg_number:
                 return ("arg", self.arg_number[id(value)])
             if any(t is value for _, t in self.tape.captured):
+                self.held[id(value)] = value
                 return ("const", value)  # a parameter returned as it is: the same tensor each call
             owner = self._grad_owner(value)
             if owner is not None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import autograd
-from ..autograd import OnceDifferentiable
-from ..inspect.instrument import describe
+from ..function import OnceDifferentiable, is_grad_enabled, op_error
+from ..observers import describe
 from ..nn.hooks import GLOBAL_HOOKS
 from ..tensor import Tensor
 from .codegen import write_replay, write_walk
 from .program import Backward, Op
+from .reach import Links
 
 
 class Tape:
@@ -35,7 +35,8 @@ class Tape:
         self.output: Any = None
         self.differentiable: tuple | None = None  # (slot, numbered plan) of a result with a graph left
         self.keep_alive: list = []  # argument objects whose identity is in the signature
-        self.guard: tuple = ((), [])
+        self.guard: tuple = ((), [])  # the captured tensors, and each one's `guard_state` when first used
+        self.links = Links()  # the ways the function reached what the record holds (`reach.py`)
         self.modules: list = []  # the modules called while recording, and their train/eval modes
         self.modes: list[bool | None] = []
         self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
@@ -43,19 +44,21 @@ class Tape:
 
     # -- replay ----------------------------------------------------------------------------
     def still_valid(self) -> bool:
-        """Captured tensors (parameters) still as when recorded: whether each requires grad (a layer
-        frozen since records anew), and its array's shape, dtype and device (shapes are constants
-        of the record, and a replay checks no devices); and the modules called while recording in
-        the mode they were in when the function called them first (None: the function set it
-        itself before; a module the signature's search did not reach records anew), with no hook
-        registered since (recording anew refuses it)."""
+        """What the record assumed, as it was when the function used it (not as the function left
+        it: a replay would not make its changes again): each captured tensor (a parameter) still
+        found where the function found it (`links`), still requiring grad or not (a layer frozen
+        since, or by the function after its use, records anew), its array of the same shape, dtype
+        and device (shapes are constants of the record, and a replay checks no devices); and the
+        modules called while recording in the mode they were in when the function called them
+        first (None: the function set it itself before; a module the signature's search did not
+        reach records anew), with no hook registered since (recording anew refuses it)."""
         tensors, states = self.guard
-        return ([(t.requires_grad, t.data.shape, t.data.dtype, t.backend) for t in tensors] == states
+        return (list(map(guard_state, tensors)) == states and self.links.hold()
                 and all(mode is None or m.training == mode for m, mode in zip(self.modules, self.modes))
                 and not GLOBAL_HOOKS and not any(m._hooks for m in self.modules))
 
     def replay(self, tensors: list[Tensor]) -> Any:
-        if self.differentiable is not None and autograd.is_grad_enabled():
+        if self.differentiable is not None and is_grad_enabled():
             leaves = [self._leaf(k, tensors) for k in range(len(self.leaves))]
             result = Replayed.apply(*leaves, tape=self, tensors=tensors)  # in its place among the outputs
             replayed = result.grad_fn
@@ -77,7 +80,7 @@ class Tape:
             op = run.forward_at.get(tb.tb_lineno) if tb is not None else None
             if op is None:
                 raise
-            raise autograd.op_error(e, op.cls.__name__, [self.slot_types[i][0] for i in op.ins]) from None
+            raise op_error(e, op.cls.__name__, [self.slot_types[i][0] for i in op.ins]) from None
 
     def backward_to_leaves(self, g: Any, values: list, fns: list) -> tuple:
         """The recorded walk from the differentiable result to the leaves (for `Replayed`)."""
@@ -155,6 +158,12 @@ class Tape:
         if kind == "arg":
             return f"arg{ref}"
         return next(self.slot_names[slot] for slot, t in self.captured if t is ref)
+
+
+def guard_state(t: Tensor) -> tuple:
+    """What a record assumes of a tensor it reads live: whether it requires grad, its array's shape,
+    dtype and device."""
+    return t.requires_grad, t.data.shape, t.data.dtype, t.backend
 
 
 def _short(v: Any) -> str:

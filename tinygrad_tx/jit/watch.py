@@ -1,33 +1,44 @@
-"""What a recording sees of `.data`, `.grad` and optimizers: the writes that bypass ops.
+"""What a recording watches beyond what every observer sees: what a function does around ops.
 
-The engine shows the recorder every op, backward and replayable call; a write through a
-tensor's raw array or to its `.grad`, or to an optimizer's attribute, passes it by:
-`p.data -= lr * p.grad.data`, `p.data[...] = v`, `np.clip(g.data, -1, 1, out=g.data)`,
-`p.grad = None`, `opt.lr *= 0.5`. A replay would not make them again. So while a recording
-runs, `Tensor.data` and `Tensor.grad` are the descriptors below (class attributes that come
-before an instance's own), optimizers and schedules get a `__setattr__`, and the recorder
-sees
+Every observer is shown each op, backward walk, replayable call and value that leaves the
+graph (`observers.py`). A replay makes exactly those again, so the recorder must also know
+what the function does that a replay would *not* do again, or that changes what a replay
+may assume. Only a recording needs that, so it is watched from here, while a recording
+runs: installed for the first recording and removed after the last, so a run without one
+pays nothing. While a recording runs, these class attributes are replaced (an instance
+finds them on its class at every use):
 
-- every assignment to `.data`: a new array, or the same one written back by `-=`; the
-  first one makes a tensor, which the recorder notes (`Recorder.made`);
-- every assignment to `.grad` outside a backward and outside a replayable call
-  (`optimizer.zero_grad()` sets it, and is replayed), and to an optimizer's or a
-  schedule's attribute outside the engine (`schedule.step()` sets `lr`, and is replayed);
-- every read of `.data` by code outside the engine (`Recorder.data_read`): it keeps a
-  copy of the values, which must still hold at the engine's next read of that tensor,
-  after each replayable call and backward that did not read it, and at the end.
+- `Tensor.data`: every assignment to `.data` (a new array, or the same one written back
+  by `-=`) is a side effect; the first one makes a tensor, which the recorder notes
+  (`Recorder.made`); every read by code outside the engine is noted (`Recorder.data_read`),
+  so that a write through the raw array is found by its values;
+- `Tensor.grad`: an assignment outside a backward and outside a replayable call
+  (`optimizer.zero_grad()` sets it, and is replayed) is a side effect;
+- `Optimizer.__setattr__`, `LRSchedule.__setattr__`: the first attribute of one being made
+  tells the recorder one was made inside the function (`Recorder.stateful`); a write from
+  outside the engine (`opt.lr *= 0.5`) is a side effect (`schedule.step()` sets `lr`, and is
+  replayed);
+- `Tensor.register_hook`, `Tensor.register_post_accumulate_grad_hook`: a hook registered on a
+  leaf is a side effect;
+- `Observer.__enter__`: an instrument turned on inside the function is a side effect (a
+  replay shows it nothing);
+- `Module.__call__`: each module called is noted (`Recorder.module`: its mode, its hooks).
 
-They are installed for the first recording and removed after the last, so a run with no
-recording pays nothing.
+A side effect is refused (`Recorder.side_effect`) unless a backward is running (a hook that
+runs in backward runs again at each replay). Functions imported by name elsewhere cannot be
+watched this way: the engine marks those at their definition (`observers.replayable`), or
+the recorder checks their effect itself (the host generator's state, `Recorder`).
 """
 from __future__ import annotations
 
+import functools
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from .. import observers
-from ..inspect.instrument import ENGINE_DIR
+from ..nn import Module
+from ..observers import ENGINE_DIR, Observer
 from ..optim import Optimizer
 from ..schedules import LRSchedule
 from ..tensor import Tensor
@@ -35,6 +46,7 @@ from ..tensor import Tensor
 _recorders: dict[int, Any] = {}  # thread id -> the recorder writing a record in that thread
 _lock = threading.Lock()
 _ANNOUNCED = observers.replayable(lambda: None).__code__  # the wrapper of every replayable call
+_ABSENT = object()
 
 
 def by_user(frame: Any) -> bool:
@@ -48,6 +60,11 @@ def by_user(frame: Any) -> bool:
     return True
 
 
+def _recorder() -> Any:
+    """The recorder of this thread, or None."""
+    return _recorders.get(threading.get_ident())
+
+
 class _Data:
     def __get__(self, t: Tensor | None, owner: type | None = None) -> Any:
         if t is None:
@@ -56,23 +73,23 @@ class _Data:
             array = t.__dict__["data"]
         except KeyError:
             raise AttributeError("data") from None
-        recorder = _recorders.get(threading.get_ident())
+        recorder = _recorder()
         if recorder is not None:
             recorder.data_read(t, array, by_user(sys._getframe(1)))
         return array
 
     def __set__(self, t: Tensor, array: Any) -> None:
-        old = t.__dict__.get("data")
-        if old is None:  # a tensor being made
-            recorder = _recorders.get(threading.get_ident())
-            if recorder is not None:
-                recorder.made(t)
+        old, recorder = t.__dict__.get("data"), _recorder()
+        if recorder is None:
+            pass
+        elif old is None:  # a tensor being made
+            recorder.made(t)
         elif old is array:
-            observers.show_side_effect(f"a write to the .data of a tensor of shape {array.shape} (`p.data -= lr * "
-                                      "p.grad.data`? write optim.SGD(params, lr=lr).step(), which is replayed)")
+            recorder.side_effect(f"a write to the .data of a tensor of shape {array.shape} (`p.data -= lr * "
+                                 "p.grad.data`? write optim.SGD(params, lr=lr).step(), which is replayed)")
         else:
-            observers.show_side_effect(f"the .data of a tensor of shape {old.shape} was replaced (an EMA? "
-                                      "nn.init? load_state_dict?)")
+            recorder.side_effect(f"the .data of a tensor of shape {old.shape} was replaced (an EMA? "
+                                 "nn.init? load_state_dict?)")
         t.__dict__["data"] = array
 
 
@@ -81,27 +98,82 @@ class _Grad:
         return self if t is None else t.__dict__.get("grad")
 
     def __set__(self, t: Tensor, grad: Any) -> None:
-        if threading.get_ident() in _recorders and by_user(sys._getframe(1)):
+        recorder = _recorder()
+        if recorder is not None and by_user(sys._getframe(1)):
             shape = vars(t)["data"].shape
-            observers.show_side_effect(f"`.grad = ...` on a tensor of shape {shape} (`p.grad = None`? "
-                                      "optimizer.zero_grad() and module.zero_grad() are replayed)")
+            recorder.side_effect(f"`.grad = ...` on a tensor of shape {shape} (`p.grad = None`? "
+                                 "optimizer.zero_grad() and module.zero_grad() are replayed)")
         t.__dict__["grad"] = grad
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:
     """`__setattr__` of optimizers and schedules while a recording runs."""
-    if threading.get_ident() in _recorders and by_user(sys._getframe(1)):
-        observers.show_side_effect(f"a write to the {type(self).__name__}'s {name!r} (`opt.lr *= 0.5`? a "
-                                  "schedule's step() is replayed: tx.schedules.LambdaLR)")
+    recorder = _recorder()
+    if recorder is not None:
+        if not vars(self):  # its first attribute: it is being made, inside the function
+            recorder.stateful(self)
+        elif by_user(sys._getframe(1)):
+            recorder.side_effect(f"a write to the {type(self).__name__}'s {name!r} (`opt.lr *= 0.5`? a "
+                                 "schedule's step() is replayed: tx.schedules.LambdaLR)")
     object.__setattr__(self, name, value)
 
 
+def _leaf_hooks(register: Callable, kind: str) -> Callable:
+    """`register` (a Tensor method), refusing a hook on a leaf while recording."""
+
+    @functools.wraps(register)
+    def watched(t: Tensor, hook: Callable) -> Any:
+        recorder = _recorder()
+        if recorder is not None and t.grad_fn is None and t.requires_grad:
+            recorder.side_effect(f"a {kind} registered on a tensor of shape {t.shape}")
+        return register(t, hook)
+
+    return watched
+
+
+def _module_call(call: Callable) -> Callable:
+    @functools.wraps(call)
+    def watched(module: Module, *args: Any, **kwargs: Any) -> Any:
+        recorder = _recorder()
+        if recorder is not None:
+            recorder.module(module)
+        return call(module, *args, **kwargs)
+
+    return watched
+
+
+def _observer_enter(enter: Callable) -> Callable:
+    @functools.wraps(enter)
+    def watched(observer: Observer) -> Any:
+        recorder = _recorder()
+        if recorder is not None:
+            recorder.side_effect(f"{type(observer).__name__} turned on")
+        return enter(observer)
+
+    return watched
+
+
+_WATCHES = [  # (class, attribute, what it is while a recording runs)
+    (Tensor, "data", _Data()),
+    (Tensor, "grad", _Grad()),
+    (Optimizer, "__setattr__", _setattr),
+    (LRSchedule, "__setattr__", _setattr),
+    (Tensor, "register_hook", _leaf_hooks(Tensor.register_hook, "hook")),
+    (Tensor, "register_post_accumulate_grad_hook",
+     _leaf_hooks(Tensor.register_post_accumulate_grad_hook, "post-accumulate-grad hook")),
+    (Observer, "__enter__", _observer_enter(Observer.__enter__)),
+    (Module, "__call__", _module_call(Module.__call__)),
+]
+_replaced: list[tuple[type, str, Any]] = []  # (class, attribute, what it was) while installed
+
+
 def start(recorder: Any) -> None:
-    """Watch `.data`, `.grad` and optimizers for `recorder`, in this thread, until `stop()`."""
+    """Watch for `recorder`, in this thread, until `stop()`."""
     with _lock:
         if not _recorders:
-            Tensor.data, Tensor.grad = _Data(), _Grad()
-            Optimizer.__setattr__ = LRSchedule.__setattr__ = _setattr
+            for cls, name, watcher in _WATCHES:
+                _replaced.append((cls, name, vars(cls).get(name, _ABSENT)))
+                setattr(cls, name, watcher)
         _recorders[threading.get_ident()] = recorder
 
 
@@ -109,5 +181,9 @@ def stop() -> None:
     with _lock:
         del _recorders[threading.get_ident()]
         if not _recorders:
-            del Tensor.data, Optimizer.__setattr__, LRSchedule.__setattr__
-            Tensor.grad = None  # the class default again
+            for cls, name, original in reversed(_replaced):
+                if original is _ABSENT:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, original)
+            _replaced.clear()

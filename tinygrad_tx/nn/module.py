@@ -10,7 +10,6 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .. import observers
 from ..observers import replayable
 from ..backend import get_backend
 from ..tensor import Tensor
@@ -25,7 +24,6 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        observers.show_module(self)
         if not (self._hooks or GLOBAL_HOOKS):
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, args, kwargs)
@@ -102,7 +100,7 @@ class Module:
             t.data = t.backend.from_host(np.array(state[name], dtype=t.dtype))  # a copy: no shared memory
 
     # -- modes and devices --------------------------------------------------------------
-    @replayable  # `model.eval()` inside a jitted function: made again at each replay
+    @replayable  # timed by the profiler; `model.eval()` inside a jitted function is made again at each replay
     def train(self, mode: bool = True) -> "Module":
         for module in self.modules():
             module.training = mode
@@ -120,7 +118,7 @@ class Module:
                 t.grad = None if t.grad is None else t.grad.to(device)
         return self
 
-    @replayable  # inside a jitted step, made again at each replay, as the optimizer's
+    @replayable  # timed by the profiler; inside a jitted step made again at each replay, as the optimizer's
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.grad = None

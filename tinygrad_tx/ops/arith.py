@@ -5,32 +5,38 @@ gradient in the broadcast shape and the engine sums it back to each input's
 shape, so no op here repeats that bookkeeping (but MatMul, see there). Gradients are only computed for
 inputs that want one (`needs_grad`): constants such as the 2 in `x * 2` cost nothing.
 Backward formulas use operators only, so they read the same on arrays and on
-Tensors (see `autograd`).
+Tensors (see `function.py`, "How to add an op").
 """
 from __future__ import annotations
 
-from ..autograd import Function, sum_to
-from ..tensor import Tensor
+from ..backward import sum_to
+from ..function import Function
 from .kernels import column_sums
 
 
 class Add(Function):
-    def forward(self, x, y):
-        return x + y
+    """y = a + b;  da = g;  db = g"""
 
-    def backward(self, g, x, y):
+    def forward(self, a, b):
+        return a + b
+
+    def backward(self, g, a, b):
         return g, g
 
 
 class Sub(Function):
-    def forward(self, x, y):
-        return x - y
+    """y = a - b;  da = g;  db = -g"""
 
-    def backward(self, g, x, y):
+    def forward(self, a, b):
+        return a - b
+
+    def backward(self, g, a, b):
         return g, (-g if self.needs_grad[1] else None)
 
 
 class Neg(Function):
+    """y = -x;  dx = -g"""
+
     def forward(self, x):
         return -x
 
@@ -39,28 +45,34 @@ class Neg(Function):
 
 
 class Mul(Function):
-    def forward(self, x, y):
-        return x * y
+    """y = a·b;  da = g·b;  db = g·a"""
 
-    def backward(self, g, x, y):
-        gx = g * y if self.needs_grad[0] else None
-        gy = g * x if self.needs_grad[1] else None
-        return gx, gy
+    def forward(self, a, b):
+        return a * b
+
+    def backward(self, g, a, b):
+        ga = g * b if self.needs_grad[0] else None
+        gb = g * a if self.needs_grad[1] else None
+        return ga, gb
 
 
 class Div(Function):
-    def forward(self, x, y):
-        return x / y
+    """y = a / b;  da = g / b;  db = -g·a / b²"""
 
-    def backward(self, g, x, y):
-        gx = g / y
-        gy = -gx * x / y if self.needs_grad[1] else None  # d(x/y)/dy = -x/y²
-        return gx, gy
+    def forward(self, a, b):
+        return a / b
+
+    def backward(self, g, a, b):
+        ga = g / b
+        gb = -ga * a / b if self.needs_grad[1] else None  # -g·a/b², from g/b already at hand
+        return ga, gb
 
 
 class PowScalar(Function):
-    """x ** c for a Python number c. Values are IEEE's pow, as NumPy's: (-0.0) ** -0.5 is +inf
-    and (-inf) ** -0.5 is 0, where PyTorch, computing rsqrt, gives -inf and NaN."""
+    """y = x ** c for a Python number c;  dx = g·c·x ** (c - 1)
+
+    Values are IEEE's pow, as NumPy's: (-0.0) ** -0.5 is +inf and (-inf) ** -0.5 is 0, where
+    PyTorch, computing rsqrt, gives -inf and NaN."""
 
     saved = ("exponent",)
 
@@ -78,25 +90,25 @@ class PowScalar(Function):
 
 
 class Pow(Function):
-    """x ** y for tensors; d/dy = x^y · log x is asked for only when y needs a gradient,
-    because log x is NaN for x < 0 even where the power itself is fine.
+    """y = a ** b for tensors;  da = g·b·a ** (b - 1);  db = g·a ** b·log a
 
-    Two limits are taken as PyTorch takes them, where the formulas give 0 · inf = NaN:
-    d/dx x^0 = 0 (also at x = 0), and d/dy 0^y = 0 for y >= 0.
+    db is computed only when b needs a gradient, because log a is NaN for a < 0 even where
+    the power itself is fine. Two limits are taken as PyTorch takes them, where the formulas
+    give 0 · inf = NaN: da = 0 where b = 0 (also at a = 0), and db = 0 where a = 0 and b >= 0.
     """
 
-    def forward(self, x, y):
-        return x ** y
+    def forward(self, a, b):
+        return a ** b
 
-    def backward(self, g, x, y):
+    def backward(self, g, a, b):
         xp = self.xp
-        gx = xp.where(y == 0, 0, g * (y * x ** (y - 1))) if self.needs_grad[0] else None
-        gy = xp.where((x == 0) & (y >= 0), 0, g * (x ** y * xp.log(x))) if self.needs_grad[1] else None
-        return gx, gy
+        ga = xp.where(b == 0, 0, g * (b * a ** (b - 1))) if self.needs_grad[0] else None
+        gb = xp.where((a == 0) & (b >= 0), 0, g * (a ** b * xp.log(a))) if self.needs_grad[1] else None
+        return ga, gb
 
 
 class Cast(Function):
-    """A dtype conversion; the gradient goes back in the input's dtype."""
+    """y = x in another dtype;  dx = g cast back to x's dtype"""
 
     def forward(self, x, dtype):
         return self.backend.cast(x, dtype)
@@ -106,7 +118,8 @@ class Cast(Function):
 
 
 class MatMul(Function):
-    """Matrix product of (..., n, k) and (..., k, m), batch axes broadcast.
+    """y = a @ b, matrix products of (..., n, k) and (..., k, m), batch axes broadcast.
+    da = g @ bᵀ;  db = aᵀ @ g  (each summed over the batch axes it was broadcast along)
 
     Its output's shape tells nothing about whether an input's batch axes were broadcast
     (the matrix axes differ anyway), so it sums them back itself, as Expand does.
@@ -114,17 +127,18 @@ class MatMul(Function):
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
-    def forward(self, x, y):
-        return x @ y
+    def forward(self, a, b):
+        return a @ b
 
-    def backward(self, g, x, y):  # g: (..., n, m)
-        gx = sum_to(g @ y.swapaxes(-1, -2), x.shape) if self.needs_grad[0] else None  # (..., n, k)
-        gy = sum_to(x.swapaxes(-1, -2) @ g, y.shape) if self.needs_grad[1] else None  # (..., k, m)
-        return gx, gy
+    def backward(self, g, a, b):  # g: (..., n, m)
+        ga = sum_to(g @ b.swapaxes(-1, -2), a.shape) if self.needs_grad[0] else None  # (..., n, k)
+        gb = sum_to(a.swapaxes(-1, -2) @ g, b.shape) if self.needs_grad[1] else None  # (..., k, m)
+        return ga, gb
 
 
 class Linear(Function):
-    """x @ w + b for a 2-D x (N, in), w (in, out), b (out,): the layer every model repeats.
+    """y = x @ w + b for a 2-D x (N, in), w (in, out), b (out,): the layer every model repeats.
+    dx = g @ wᵀ;  dw = xᵀ @ g;  db = Σ g over the N rows
 
     One op instead of MatMul then Add: the bias is added into the product in place,
     saving a pass over the (N, out) output and a buffer of its size.
@@ -142,27 +156,3 @@ class Linear(Function):
         gw = x.T @ g if self.needs_grad[1] else None  # (in, out)
         gb = column_sums(self.xp, g) if self.needs_grad[2] else None  # (out,)
         return gx, gw, gb
-
-
-def matmul(x: Tensor, y: Tensor) -> Tensor:
-    """`x @ y` with NumPy's rules, arranged so BLAS sees the largest 2-D products.
-
-    A stack of rows times one matrix, (B, T, k) @ (k, m), becomes one (B·T, k) @ (k, m)
-    product, and its weight gradient one (k, B·T) @ (B·T, m) product, instead of B
-    small ones whose results must then be summed. 1-D operands are treated as NumPy
-    does (a row or a column, dropped from the result).
-    """
-    if x.ndim == 0 or y.ndim == 0:
-        raise ValueError(f"matmul: scalar operands are not allowed (shapes {x.shape} and {y.shape}); use *")
-    if x.shape[-1] != y.shape[-2 if y.ndim > 1 else 0]:
-        raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not align "
-                         f"({x.shape[-1]} != {y.shape[-2 if y.ndim > 1 else 0]})")
-    if x.ndim == 1:
-        return matmul(x.reshape(1, -1), y).reshape(*y.shape[:-2], y.shape[-1]) if y.ndim > 1 \
-            else (x * y).sum()
-    if y.ndim == 1:
-        return matmul(x, y.reshape(-1, 1)).reshape(x.shape[:-1])
-    if y.ndim == 2 and x.ndim > 2:
-        flat = MatMul.apply(x.reshape(-1, x.shape[-1]), y)  # (B·T, m)
-        return flat.reshape(*x.shape[:-1], y.shape[-1])
-    return MatMul.apply(x, y)

@@ -1,34 +1,36 @@
 """Scaled dot-product attention, fused: softmax(q kᵀ / √d, masked) · v in one op.
 
 Masks follow the project's one convention: a boolean array, True = "may attend".
-Blocked scores are replaced (in place, with `copyto`) by the dtype's most negative finite
-value, never by a constant such as -1e9 (which overflows in float16 and may be
-too weak next to large logits) or -inf (whose softmax over a fully blocked row is
-0/0 = NaN). A query row with no key left gets all-zero weights, hence a zero
-output and zero gradients, never NaN.
+Blocked scores are set (in place, with `copyto`) to -inf, so a blocked key's weight is
+exp(-inf) = 0 exactly, whatever the scores are: with the dtype's most negative finite
+value instead, a row whose kept scores overflow to -inf (q = 1e20, k = -1e20 in float32)
+gave the blocked key all the weight. A row left with no finite score (no key kept, or every
+kept score -inf) gets all-zero weights, hence a zero output and zero gradients, never NaN,
+as PyTorch's attention gives; a kept score of +inf or NaN gives a NaN row, as there.
+
+`Attention` is the fast op; `AttentionWeights` is its softmax part as an op of its own, which
+Attention's gradient is built from under `create_graph=True` (see fused.py), so that it can
+be differentiated again.
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 
-from .. import observers
-from ..autograd import OnceDifferentiable
-from ..tensor import Tensor
+from ..function import Function
 from .nn import dropout_mask
 from .kernels import row_dots, row_max, row_sums
 from .precision import in_float32
-from .select import as_mask
 
 
 def attention_weights(xp, q, k, keep, scale):
     """softmax(q kᵀ · scale) over the kept keys, on raw arrays: (..., Tq, Tk).
 
     Every step after the product works in place on the scores' one buffer, the largest
-    array of attention; a row with no key left is divided by infinity, so comes out all
-    zero, not uniform, without another pass over the weights.
+    array of attention. A row with no finite score comes out all zero without another pass
+    over the weights: shifted by 0 rather than its max (-inf - (-inf) is NaN) and divided by
+    infinity rather than its sum 0.
     """
     scores = q @ k.swapaxes(-1, -2)  # (..., Tq, Tk)
     scores *= q.dtype.type(scale)
@@ -36,12 +38,21 @@ def attention_weights(xp, q, k, keep, scale):
         shape = np.broadcast_shapes(scores.shape, keep.shape)
         if shape != scores.shape:  # a mask with batch axes that q and k lack
             scores = xp.broadcast_to(scores, shape).copy()
-        xp.copyto(scores, xp.finfo(scores.dtype).min, where=~keep)
-    scores -= row_max(xp, scores)
+        xp.copyto(scores, -xp.inf, where=~keep)
+    top = row_max(xp, scores)  # (..., Tq, 1)
+    top[top == -xp.inf] = 0  # a row with no finite score: its -inf stay -inf
+    scores -= top
     p = xp.exp(scores, out=scores)
-    total = row_sums(xp, p)  # (..., Tq, 1)
-    p /= total if keep is None else xp.where(keep.any(axis=-1, keepdims=True), total, xp.inf)
+    total = row_sums(xp, p)  # (..., Tq, 1): at least e⁰ = 1 on a row with a finite score
+    total[total == 0] = xp.inf  # on the others: 0 / inf = 0
+    p /= total
     return p
+
+
+def softmax_grad(g, p):
+    """The gradient of the scores from that of the weights p = softmax(scores): p·(g - Σ g·p),
+    on arrays or Tensors. (..., Tq, Tk)"""
+    return p * (g - (g * p).sum(axis=-1, keepdims=True))
 
 
 def heads_apart(xp, a, b):
@@ -74,8 +85,16 @@ def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
 
 
 @in_float32
-class Attention(OnceDifferentiable):
-    saved = ("p", "drop", "p_used", "scale")
+class Attention(Function):
+    """y = (p·d)·v, p = softmax(q·kᵀ·scale) over the keys each query may attend to (`mask`, `causal`),
+    d the dropout mask (1 without dropout).
+    dq = s·k;  dk = sᵀ·q;  dv = (p·d)ᵀ·g, where s = p·(gp - Σ gp·p)·scale, gp = (g·vᵀ)·d
+
+    Written for speed: the products land in the layout the heads are joined in (`heads_apart`)
+    and softmax's backward runs in place.
+    """
+
+    saved = ("p", "drop", "p_used", "scale", "mask", "causal")
 
     def forward(self, q, k, v, mask, causal, dropout_p, scale):
         keep = attention_keep(self.backend, mask, causal, q.shape[-2], k.shape[-2])
@@ -85,10 +104,15 @@ class Attention(OnceDifferentiable):
             p = p * self.drop
         else:
             self.drop = None
-        self.p_used, self.scale = p, scale
+        self.p_used, self.scale, self.mask, self.causal = p, scale, mask, causal
         return heads_apart(self.xp, p, v)  # (..., Tq, d_v)
 
     def backward(self, g, q, k, v):
+        if self.creating_graph:  # on Tensors: the weights again from q and k, as a node
+            p = AttentionWeights.apply(q, k, mask=self.mask, causal=self.causal, scale=self.scale)  # (..., Tq, Tk)
+            drop = 1 if self.drop is None else self.drop
+            gs = softmax_grad(g @ v.swapaxes(-1, -2) * drop, p) * self.scale  # (..., Tq, Tk)
+            return gs @ k, gs.swapaxes(-1, -2) @ q, (p * drop).swapaxes(-1, -2) @ g
         p, p_used = self.p, self.p_used
         xp = self.xp
         gv = heads_apart(xp, p_used.swapaxes(-1, -2), g) if self.needs_grad[2] else None  # (..., Tk, d_v)
@@ -104,6 +128,27 @@ class Attention(OnceDifferentiable):
         return gq, gk, gv
 
 
+@in_float32
+class AttentionWeights(Function):
+    """y = p = softmax(q·kᵀ·scale) over the keys each query may attend to (0 elsewhere): attention's
+    weights, an op of their own for Attention's gradient under create_graph.
+    dq = s·k;  dk = sᵀ·q, where s = p·(g - Σ g·p)·scale
+    """
+
+    saved = ("p", "scale", "mask", "causal")
+
+    def forward(self, q, k, mask, causal, scale):
+        keep = attention_keep(self.backend, mask, causal, q.shape[-2], k.shape[-2])
+        self.p, self.scale, self.mask, self.causal = attention_weights(self.xp, q, k, keep, scale), scale, mask, causal
+        return self.p  # (..., Tq, Tk)
+
+    def backward(self, g, q, k):
+        p = AttentionWeights.apply(q, k, mask=self.mask, causal=self.causal, scale=self.scale) \
+            if self.creating_graph else self.p  # on Tensors: p as a node
+        gs = softmax_grad(g, p) * self.scale  # (..., Tq, Tk)
+        return gs @ k, gs.swapaxes(-1, -2) @ q
+
+
 @lru_cache(maxsize=64)
 def causal_mask(t_q: int, t_k: int, backend) -> object:
     """Boolean (t_q, t_k) keep-mask: query i may see keys up to its own position (cached per device).
@@ -112,32 +157,3 @@ def causal_mask(t_q: int, t_k: int, backend) -> object:
     queries are the last t_q positions. For t_q == t_k this is the usual lower triangle.
     """
     return backend.from_host(np.tri(t_q, t_k, k=t_k - t_q, dtype=bool))
-
-
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, causal: bool = False,
-                                 dropout_p: float = 0.0, return_weights: bool = False):
-    """softmax(q kᵀ / √d + mask) v on (..., T, d) tensors.
-
-    `mask`: boolean, broadcastable to (..., T_q, T_k), True = may attend.
-    `causal`: also hide keys after each query's position.
-    `return_weights`: also return the attention weights (..., T_q, T_k), for pictures.
-    """
-    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit "
-                         "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, d_v))")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"attention: dtype mismatch q {q.dtype}, k {k.dtype}, v {v.dtype}; cast with .astype()")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"attention: dropout_p must be in [0, 1), not {dropout_p}")
-    mask = None if mask is None else as_mask(mask, q.backend, "scaled_dot_product_attention")
-    scale = 1 / math.sqrt(q.shape[-1])
-    out = Attention.apply(q, k, v, mask=mask, causal=causal, dropout_p=dropout_p, scale=scale)
-    if not return_weights:
-        return out
-    # no node is kept under no_grad, so there the weights are computed once more
-    keep = attention_keep(q.backend, mask, causal, q.shape[-2], k.shape[-2])
-    weights = out.grad_fn.p if out.grad_fn is not None else attention_weights(
-        q.backend.xp, q.data, k.data, keep, scale)
-    weights = q.backend.cast(weights, q.dtype)  # float16 attention keeps its weights in float32
-    observers.show_read(out, "returned with attention weights made outside ops (return_weights=True)")
-    return out, Tensor._from_op(weights, q.backend)

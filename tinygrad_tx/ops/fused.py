@@ -2,56 +2,71 @@
 
 Each is one forward pass and one hand-derived backward on raw arrays, instead
 of a chain of a dozen small ops: fewer passes over memory, fewer temporaries,
-and the numerically stable formula in one place. The price is that they are
-once-differentiable.
+and the numerically stable formula in one place.
+
+They can be differentiated again all the same (Chainer's way). Under
+`backward(create_graph=True)` the gradient's formula runs on Tensors, and what forward
+saved is a plain array there, a constant to the graph: so each backward takes what it
+needs again from its input, as nodes of the graph (softmax's y is `Softmax.apply(x)` once
+more), and its gradient is made of differentiable ops, to any order.
 """
 from __future__ import annotations
 
-from ..autograd import OnceDifferentiable
+from ..function import Function
 from .kernels import column_dots, column_sums, row_dots, row_sums
 from .precision import in_float32
 
 
+def minus_max(x, axis):
+    """x - max x along `axis`: no exp of it overflows. An empty x stays as it is: NumPy's max
+    of an empty axis has nothing to return, and there is nothing to shift."""
+    return x - x.max(axis=axis, keepdims=True) if x.size else x
+
+
 @in_float32
-class Softmax(OnceDifferentiable):
-    """y = exp(x - max x) / Σ exp(x - max x); subtracting the max keeps exp from overflowing."""
+class Softmax(Function):
+    """y = exp(x - max x) / Σ exp(x - max x) along `axis`; subtracting the max keeps exp from overflowing.
+    dx = y·(g - Σ g·y): the Σ term is softmax's off-diagonal Jacobian.
+    """
 
     saved = ("y", "axis")
 
     def forward(self, x, axis):
-        e = self.xp.exp(x - x.max(axis=axis, keepdims=True))
+        e = self.xp.exp(minus_max(x, axis))
         e /= e.sum(axis=axis, keepdims=True)
         self.y, self.axis = e, axis
         return e
 
     def backward(self, g, x):
-        # dL/dx_i = y_i (g_i - Σ_j g_j y_j): the Σ term is softmax's off-diagonal Jacobian
-        y = self.y
+        y = Softmax.apply(x, axis=self.axis) if self.creating_graph else self.y  # on Tensors: y as a node
         gy = g * y
         return (gy - y * gy.sum(axis=self.axis, keepdims=True),)
 
 
 @in_float32
-class LogSoftmax(OnceDifferentiable):
-    """y = x - logsumexp(x), the logsumexp taken around the max for stability."""
+class LogSoftmax(Function):
+    """y = x - log Σ exp(x) along `axis`, the log-sum taken around the max for stability.
+    dx = g - softmax(x)·Σ g
+    """
 
     saved = ("y", "axis")
 
     def forward(self, x, axis):
         xp = self.xp
-        shifted = x - x.max(axis=axis, keepdims=True)
+        shifted = minus_max(x, axis)
         y = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
         self.y, self.axis = y, axis
         return y
 
     def backward(self, g, x):
-        # dL/dx = g - softmax(x) Σ g
-        return (g - self.xp.exp(self.y) * g.sum(axis=self.axis, keepdims=True),)
+        p = Softmax.apply(x, axis=self.axis) if self.creating_graph else self.xp.exp(self.y)  # softmax(x)
+        return (g - p * g.sum(axis=self.axis, keepdims=True),)
 
 
 @in_float32
-class LayerNorm(OnceDifferentiable):
-    """Normalise the last axis to mean 0 and variance 1, then scale and shift (Ba et al., 2016).
+class LayerNorm(Function):
+    """y = x̂·w + b, x̂ = (x - mean x) / √(var x + eps) over the last axis (Ba et al., 2016).
+    dx = (ĝ - mean ĝ - x̂·mean(ĝ·x̂)) / √(var x + eps), with ĝ = g·w;  dw = Σ g·x̂;  db = Σ g  (Σ over rows)
 
     The variance is the biased one, computed in two passes (mean first, then the
     mean of squared deviations): the one-pass E[x²] - E[x]² loses every digit on
@@ -60,27 +75,35 @@ class LayerNorm(OnceDifferentiable):
     rather than a silent row of zeros (PyTorch gives NaN there, and zeros for float32
     [1e20, -1e20]). Forward and backward work in place on the arrays they just made: a
     layer norm runs on every residual stream, and each full-size temporary spared is a
-    pass over memory spared.
+    pass over memory spared. An empty row (D = 0) gives an empty result.
     """
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
-    saved = ("rstd", "x_hat")
+    saved = ("rstd", "x_hat", "eps")
 
     def forward(self, x, w, b, eps):
-        xp, D = self.xp, x.shape[-1]
+        xp, D = self.xp, max(x.shape[-1], 1)  # an empty row's sums are 0: divided by 1, not 0/0
         x_hat = x - row_sums(xp, x) / D  # (..., D) centred, then scaled in place
         var = row_dots(xp, x_hat, x_hat) / D  # (..., 1)
         var[var == xp.inf] = xp.nan  # overflowed: a NaN row, not a row times 1/√inf = 0
         self.rstd = 1 / xp.sqrt(var + eps)  # (..., 1)
         x_hat *= self.rstd  # (..., D)
-        self.x_hat = x_hat
+        self.x_hat, self.eps = x_hat, eps
         y = x_hat * w  # (..., D)
         y += b
         return y
 
     def backward(self, g, x, w, b):
+        if self.creating_graph:  # on Tensors: x̂ and 1/σ again from x, as nodes
+            centred = x - x.mean(axis=-1, keepdims=True)  # (..., D)
+            rstd = 1 / ((centred * centred).mean(axis=-1, keepdims=True) + self.eps).sqrt()  # (..., 1)
+            x_hat, rows = centred * rstd, tuple(range(g.ndim - 1))
+            gh = g * w  # (..., D) ĝ, the gradient of x̂
+            gx = (gh - gh.mean(axis=-1, keepdims=True) - x_hat * (gh * x_hat).mean(axis=-1, keepdims=True)) * rstd
+            return (gx, (g * x_hat).sum(axis=rows) if self.needs_grad[1] else None,
+                    g.sum(axis=rows) if self.needs_grad[2] else None)
         x_hat, rstd = self.x_hat, self.rstd
-        xp, D = self.xp, x.shape[-1]
+        xp, D = self.xp, max(x.shape[-1], 1)
         gw = column_dots(xp, g, x_hat) if self.needs_grad[1] else None  # (D,)
         gb = column_sums(xp, g) if self.needs_grad[2] else None  # (D,)
         gx = g * w  # (..., D) the gradient of x_hat, turned into x's in place below

@@ -7,6 +7,13 @@ kept apart from the op files so that those read as the math and its gradient.
 """
 from __future__ import annotations
 
+import math
+
+
+def as_rows(x):
+    """`x` (..., n) as one (N, n) matrix, N written out: NumPy cannot infer a -1 when n is 0."""
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
 
 def row_sums(xp, x):
     """`x.sum(axis=-1, keepdims=True)` for a floating `x` (..., n), as the product x · ones.
@@ -17,7 +24,7 @@ def row_sums(xp, x):
     on a stack, matmul makes one BLAS call per matrix (256 for attention's (64, 4, 12, 12)
     scores, 3× slower). (..., n) -> (..., 1)
     """
-    rows = x.reshape(-1, x.shape[-1])  # (N, n)
+    rows = as_rows(x)  # (N, n)
     return (rows @ xp.ones(x.shape[-1], dtype=x.dtype)).reshape(*x.shape[:-1], 1)
 
 
@@ -27,7 +34,9 @@ def column_sums(xp, x):
     BLAS does, but BLAS's product was 3-4× faster here. Written with operators and
     `xp.ones_like` only, so a twice-differentiable backward may use it. (..., n) -> (n,)
     """
-    rows = x.reshape(-1, x.shape[-1])  # (N, n)
+    rows = as_rows(x)  # (N, n)
+    if not rows.shape[1]:  # no column to make the ones from, and nothing to add: (0,)
+        return rows.sum(axis=0)
     return xp.ones_like(rows[:, 0]) @ rows
 
 
@@ -48,8 +57,7 @@ def column_dots(xp, a, b):
     weight), chosen between einsum and BLAS as `row_dots` is. (..., n) -> (n,)"""
     if a.shape[-1] < 32:
         return column_sums(xp, a * b)
-    n = a.shape[-1]
-    return xp.einsum("ij,ij->j", a.reshape(-1, n), b.reshape(-1, n))
+    return xp.einsum("ij,ij->j", as_rows(a), as_rows(b))
 
 
 def row_max(xp, x):
@@ -57,7 +65,8 @@ def row_max(xp, x):
 
     NumPy's reduce walks short rows one at a time (attention's rows are a sequence's keys);
     log2(n) elementwise maximums over the whole array are 3× faster at n = 12, and the result
-    is the same (a maximum is exact). (..., n) -> (..., 1)
+    is the same (a maximum is exact). (..., n) -> (..., 1); empty rows (n = 0) -> (..., 0), which
+    has no maximum but subtracts from them all the same.
     """
     top = x
     while top.shape[-1] > 1:

@@ -13,10 +13,9 @@ is no loss to report, and 0 would pass for a perfect prediction.
 """
 from __future__ import annotations
 
-from ..autograd import OnceDifferentiable
-from ..tensor import Tensor
-from .nn import as_ids
-from .kernels import row_sums
+from ..function import Function
+from .fused import Softmax, minus_max
+from .kernels import as_rows, row_sums
 from .precision import in_float32
 from .select import check_range
 
@@ -24,10 +23,16 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 @in_float32
-class CrossEntropy(OnceDifferentiable):
-    """Written for few passes over the (N, C) logits, the largest array of a language model:
+class CrossEntropy(Function):
+    """y = Σ_n s_n·ℓ_n ("mean", "sum") or the ℓ_n themselves ("none"), for logits x (N, C):
+    ℓ_n = log Σ_c exp(x_nc) - Σ_c q_nc·x_nc, q = (1 - ε)·onehot(target) + ε/C, and s_n = 1/(rows kept)
+    ("mean") or 1, and 0 on ignored rows (as their ℓ_n).
+    dlogits = g·s_n·(softmax(x_n) - q_n);  dtarget = none (integer ids)
+
+    Written for few passes over the (N, C) logits, the largest array of a language model:
     forward reads them for the max, the shift, the exponentials and their sum; backward
-    writes the gradient once and fixes the N target entries."""
+    writes the gradient once and fixes the N target entries. Under create_graph the
+    same gradient is built from `Softmax.apply(logits)`, so it can be differentiated again."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("count", "e", "log_z", "rows", "target", "keep", "eps", "reduction")
@@ -39,7 +44,7 @@ class CrossEntropy(OnceDifferentiable):
         if keep is not None:
             flat_target = xp.where(keep, flat_target, 0)  # ignored ids may be anything, even out of range
         check_range(flat_target, C, "cross_entropy: id")  # ids are values: checked where values are
-        shifted = (logits - logits.max(axis=-1, keepdims=True)).reshape(-1, C)  # (N, C)
+        shifted = as_rows(minus_max(logits, -1))  # (N, C)
         picked = shifted[rows, flat_target]  # (N,) the target's shifted logit
         # row sums by BLAS, 3× faster than NumPy's reduce on the (N, C) rows here
         mean_shifted = row_sums(xp, shifted)[:, 0] / C if eps else 0.0  # (N,)
@@ -66,26 +71,13 @@ class CrossEntropy(OnceDifferentiable):
         if self.keep is not None:
             scale = xp.where(self.keep, scale, 0)  # (N,) ignored rows get no gradient
         # d loss / d logits = (softmax - q) · scale, with q = (1 - ε) onehot(t) + ε / C
+        if self.creating_graph:  # on Tensors: softmax again from the logits, as a node; q a constant
+            q = self.backend.xp.full(e.shape, eps / C, dtype=e.dtype)  # (N, C)
+            q[self.rows, self.target] += 1 - eps
+            p = Softmax.apply(logits.reshape(e.shape), axis=-1)  # (N, C)
+            return ((p - q) * scale.reshape(-1, 1)).reshape(logits.shape), None
         gx = e * (scale / xp.exp(self.log_z))[:, None]  # softmax · scale: (N, C)
         if eps:
             gx -= (eps / C * scale)[:, None]
         gx[self.rows, self.target] -= (1 - eps) * scale
         return gx.reshape(logits.shape), None
-
-
-def cross_entropy(logits: Tensor, target, ignore_index: int | None = None,
-                  label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
-    """Cross-entropy of `logits` (..., C) against integer `target` (...), classes on the last axis."""
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, not {reduction!r}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], not {label_smoothing}")
-    if logits.ndim == 0 or logits.dtype.kind != "f":
-        raise TypeError(f"cross_entropy: logits must be a floating tensor with a class axis, "
-                        f"not {logits.dtype} of shape {logits.shape}")
-    target = as_ids(target, logits.device, "cross_entropy: targets")
-    if target.shape != logits.shape[:-1]:
-        raise ValueError(f"cross_entropy: logits of shape {logits.shape} need targets of shape "
-                         f"{logits.shape[:-1]}, got {target.shape}")
-    return CrossEntropy.apply(logits, target, ignore_index=ignore_index,
-                              label_smoothing=label_smoothing, reduction=reduction)

@@ -1,26 +1,14 @@
-"""Embedding lookup and dropout."""
+"""Embedding lookup and dropout (their ways in: `tinygrad_tx.functional`)."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..autograd import Function, OnceDifferentiable
 from ..backend import Backend
-from ..tensor import Tensor
-from .select import check_range
-
-
-def as_ids(ids: Any, device: str, what: str = "ids", ndim: int | None = None) -> Tensor:
-    """Integer ids (a Python int or list, a NumPy array or a Tensor) as an integer Tensor on
-    `device`, of `ndim` dimensions if given."""
-    if not isinstance(ids, Tensor):
-        ids = Tensor(np.asarray(ids) if isinstance(ids, (list, tuple, int)) else ids, device=device)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"{what} must be integers, not {ids.dtype}")
-    if ndim is not None and ids.ndim != ndim:
-        raise ValueError(f"{what} must have {ndim} dimensions, not shape {ids.shape}")
-    return ids
+from ..function import Function
+from .kernels import as_rows
+from .select import ScatterAdd, check_range
 
 
 def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
@@ -29,11 +17,14 @@ def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
     return backend.bernoulli_keep(shape, p) * np.dtype(dtype).type(1 / (1 - p))
 
 
-class Embedding(OnceDifferentiable):
-    """Rows of `weight` picked by integer ids; the gradient scatters back with add,
-    so an id used twice in a batch receives both gradients. The ids are values, so they are
+class Embedding(Function):
+    """y = weight[ids], one row of `weight` per id.
+    dweight = g scattered back to the rows of the ids, with add (0 on `padding_idx`'s row);  dids = none (integer ids)
+
+    The add matters: an id used twice in a batch receives both gradients. The ids are values, so they are
     checked where values are, in forward, at every call (NumPy would wrap a negative one
-    around silently, CuPy any bad one)."""
+    around silently, CuPy any bad one). Under create_graph the scatter is an op of its own
+    (`ScatterAdd`, whose gradient is indexing again)."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("padding_idx",)
@@ -44,21 +35,21 @@ class Embedding(OnceDifferentiable):
         return weight[ids]  # (..., D)
 
     def backward(self, g, weight, ids):
+        if self.creating_graph:  # on Tensors: the scatter recorded as an op
+            flat_ids = ids.data.reshape(-1)  # (N,) integer ids are constants
+            gw = ScatterAdd.apply(as_rows(g), shape=weight.shape, index=(flat_ids,), advanced=True)  # (num, D)
+            if self.padding_idx is not None:
+                gw = gw.masked_fill((self.backend.xp.arange(weight.shape[0]) == self.padding_idx)[:, None], 0.0)
+            return gw, None
         gw = self.xp.zeros(weight.shape, dtype=g.dtype)  # (num, D)
-        self.backend.scatter_add(gw, ids.reshape(-1), g.reshape(-1, weight.shape[1]))
+        self.backend.scatter_add(gw, ids.reshape(-1), as_rows(g))
         if self.padding_idx is not None:
             gw[self.padding_idx] = 0  # the padding row stays as it is, as in PyTorch
         return gw, None
 
 
-def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """`weight[ids]` for integer `ids` of any shape: (...,) -> (..., D)."""
-    ids = as_ids(ids, weight.device, "embedding: ids")
-    return Embedding.apply(weight, ids, padding_idx=padding_idx)
-
-
 class Dropout(Function):
-    """Zero each element with probability p and scale the rest by 1/(1-p) (`dropout_mask`)."""
+    """y = x·m, m = 0 with probability p and 1/(1 - p) otherwise (`dropout_mask`);  dx = g·m"""
 
     saved = ("scaled_keep",)
 
@@ -68,11 +59,3 @@ class Dropout(Function):
 
     def backward(self, g, x):
         return (g * self.scaled_keep,)
-
-
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1), not {p}")
-    if not training or p == 0.0:
-        return x
-    return Dropout.apply(x, p=p)

@@ -5,8 +5,9 @@ a layer norm's mean of values near 30 is off by 0.008 before anything is normali
 and squares overflow above 256. PyTorch computes such ops in float32 and rounds the
 result once; `in_float32` makes an op do the same: float16 inputs are widened
 for forward and backward, and the output and the gradients rounded back to float16.
-Other dtypes pass through untouched. (Plain `sum` needs none of this: NumPy and CuPy
-already add float16 in float32.)
+Other dtypes pass through untouched. (Plain `sum` widens on its own: NumPy adds float16
+along a strided axis in float16, where 10,000 ones make 2048, so `Sum` and the engine's
+`sum_to` add float16 in float32 and round once.)
 """
 from __future__ import annotations
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..autograd import Function, sum_to
 from ..backend import widened_sum
+from ..backward import sum_to
+from ..function import Function
 
 
 class Sum(Function):
+    """y = Σ x over `axis`;  dx = g copied to every element it summed (broadcast back)"""
+
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
 
@@ -25,15 +28,23 @@ class Sum(Function):
 
 
 class Max(Function):
-    """Maximum; the gradient goes to the maximal elements, split evenly between ties."""
+    """y = max x over `axis`;  dx = g / k on each of the k maximal elements, 0 elsewhere.
+
+    Ties split the gradient evenly. A NaN is the maximum of its slice (NumPy's max and
+    PyTorch's propagate it), so the gradient goes to the NaN positions, split evenly, as
+    PyTorch's `max()` sends it: comparing with the maximum alone matched nothing (NaN ≠ NaN) and
+    gave 0/0 = NaN everywhere. The maximum of an empty axis does not exist: an error, as in PyTorch.
+    """
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis", "share")
 
     def forward(self, x, axis, keepdims):
+        if x.size == 0 and any(x.shape[a] == 0 for a in axis):
+            raise ValueError(f"axis {axis} is empty: the maximum of no numbers does not exist")
         self.axis = axis
         top = x.max(axis=axis, keepdims=True)
-        is_max = x == top
+        is_max = (x == top) | self.xp.isnan(x)  # a NaN is the maximum of its slice
         self.share = is_max / is_max.sum(axis=axis, keepdims=True).astype(x.dtype)  # 1/k on k ties
         return top if keepdims else top.reshape([n for i, n in enumerate(x.shape) if i not in axis])
 
@@ -42,7 +53,8 @@ class Max(Function):
 
 
 class Expand(Function):
-    """Broadcast to a larger shape (a read-only view: no memory is copied)."""
+    """y = x broadcast to a larger `shape` (a read-only view: no memory is copied);
+    dx = g summed over the axes broadcasting added or stretched"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 

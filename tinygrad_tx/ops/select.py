@@ -11,14 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import Function
 from ..backend import Backend, DeviceError
-from ..tensor import Tensor
+from ..function import Function
 
 
 class Getitem(Function):
-    """`x[index]`; `ranges` lists (position in `index`, axis) of each integer array, checked
-    here, in forward, because ids are values: whatever runs forward checks each call's ids."""
+    """y = x[index] (ints, slices, None, Ellipsis, integer and boolean arrays);
+    dx = g sent back to where each element came from, added where one was picked twice (a scatter-add)
+
+    `ranges` lists (position in `index`, axis) of each integer array, checked here, in
+    forward, because ids are values: whatever runs forward checks each call's ids."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
@@ -30,7 +32,7 @@ class Getitem(Function):
         return x[index]
 
     def backward(self, g, x):
-        if isinstance(g, Tensor):  # create_graph: the scatter is recorded as an op of its own
+        if self.creating_graph:  # the scatter is recorded as an op of its own
             return (ScatterAdd.apply(g, shape=x.shape, index=self.index, advanced=self.advanced),)
         return (scatter(self.backend, g, x.shape, self.index, self.advanced),)
 
@@ -46,7 +48,8 @@ def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool
 
 
 class ScatterAdd(Function):
-    """Getitem's gradient as an op (used under create_graph); its own gradient is Getitem."""
+    """y = zeros(shape) with g added at `index` (Getitem's gradient as an op, used under create_graph);
+    dg = gg[index]: its own gradient is indexing again"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("index", "advanced")
@@ -59,20 +62,14 @@ class ScatterAdd(Function):
         return (gg[self.index],)
 
 
-def getitem(x: Tensor, index: Any) -> Tensor:
-    """`x[index]` for ints, slices, Ellipsis, None, integer arrays (lists, NumPy, Tensors) and boolean masks."""
-    index, advanced, ranges = _normalize_index(index, x.backend, x.shape)
-    return Getitem.apply(x, index=index, advanced=advanced, ranges=ranges)
-
-
-def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, bool, tuple]:
+def normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple, bool, tuple]:
     """Index arrays moved to the tensor's device; whether any is an array (advanced indexing);
     and (position, axis) of each integer array, whose ids `Getitem` checks against that axis:
     CuPy would wrap a bad one around silently.
     """
     items = index if isinstance(index, tuple) else (index,)
     items = tuple(as_array(item, backend, "index arrays", "iub", IndexError)
-                  if isinstance(item, (Tensor, list, tuple, np.ndarray)) else item  # inside, a tuple is a sequence
+                  if is_tensor(item) or isinstance(item, (list, tuple, np.ndarray)) else item  # inside, a tuple is a sequence
                   for item in items)
     consumed = sum(item.ndim if is_bool_array(item) else 1 for item in items
                    if item is not None and item is not Ellipsis)
@@ -94,6 +91,12 @@ def _normalize_index(index: Any, backend: Backend, shape: tuple) -> tuple[tuple,
     return items, advanced, tuple(ranges)
 
 
+def is_tensor(value: Any) -> bool:
+    """Whether `value` is a Tensor (arrays and numbers have no `grad_fn`): ops work on arrays
+    and are defined below the Tensor class, so they tell it by what it has."""
+    return hasattr(value, "grad_fn")
+
+
 def is_bool_array(item: Any) -> bool:
     return getattr(item, "dtype", None) == np.bool_ and getattr(item, "ndim", 0) > 0
 
@@ -112,7 +115,7 @@ def as_array(value: Any, backend: Backend, what: str, kinds: str, error: type = 
     """`value` (a Tensor, list, NumPy array or scalar) as an array on `backend`, of a dtype kind
     in `kinds` ("b" boolean, "i"/"u" integer): the one place masks and index arrays arrive.
     A wrong dtype raises `error` (indexing raises IndexError, as NumPy does)."""
-    if isinstance(value, Tensor):
+    if is_tensor(value):
         if value.backend is not backend:
             raise DeviceError(f"{what} is on {value.device}, the tensor on {backend.name}")
         value = value.data
@@ -150,7 +153,7 @@ class Compare(Function, register=False):
 
 
 class MaskedFill(Function):
-    """`value` where the mask is True, x elsewhere; no gradient flows to filled places."""
+    """y = `value` where the mask is True, x elsewhere;  dx = g where the mask is False, 0 where filled"""
 
     saved = ("mask",)
 
@@ -162,12 +165,8 @@ class MaskedFill(Function):
         return (self.xp.where(self.mask, 0, g),)
 
 
-def masked_fill(x: Tensor, mask: Any, value: float) -> Tensor:
-    return MaskedFill.apply(x, mask=as_mask(mask, x.backend, "masked_fill"), value=value)
-
-
 class Where(Function):
-    """a where cond is True, b elsewhere: the gradient goes to whichever was picked.
+    """y = a where cond is True, b elsewhere;  da = g where cond, 0 elsewhere;  db = g where not cond, 0 elsewhere
 
     Both branches are computed everywhere, so `where(x > 0, x.sqrt(), 0)` still
     differentiates sqrt at x < 0 and the NaN (times 0) poisons the gradient. The
@@ -184,11 +183,3 @@ class Where(Function):
         ga = self.xp.where(self.cond, g, 0) if self.needs_grad[0] else None
         gb = self.xp.where(self.cond, 0, g) if self.needs_grad[1] else None
         return ga, gb
-
-
-def where(cond: Any, a: Any, b: Any) -> Tensor:
-    """Elementwise `a if cond else b` (cond boolean; numbers take the tensor's dtype)."""
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        a = Tensor(a)
-    a, b = (a._pair(b, "where") if isinstance(a, Tensor) else reversed(b._pair(a, "where")))
-    return Where.apply(a, b, cond=as_mask(cond, a.backend, "where"))

@@ -2,13 +2,12 @@
 so each gradient just moves the gradient back."""
 from __future__ import annotations
 
-from typing import Sequence
-
-from ..autograd import Function
-from ..tensor import Tensor
+from ..function import Function
 
 
 class Reshape(Function):
+    """y = x's elements, in the same (row-major) order, in a new shape;  dx = g reshaped to x's shape"""
+
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, shape):
@@ -19,7 +18,7 @@ class Reshape(Function):
 
 
 class Transpose(Function):
-    """Permute axes (NumPy's `transpose(axes)`); the gradient applies the inverse permutation."""
+    """y = x with its axes permuted (NumPy's `transpose(axes)`);  dx = g with the inverse permutation"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axes",)
@@ -34,7 +33,7 @@ class Transpose(Function):
 
 
 class Cat(Function):
-    """Join along an existing axis; each input's gradient is its slice of g."""
+    """y = xs[0], xs[1], ... joined along an existing `axis`;  dxs[i] = the slice of g that xs[i] filled"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("axis",)
@@ -50,32 +49,3 @@ class Cat(Function):
             grads.append(g[(slice(None),) * self.axis + (slice(start, stop),)])
             start = stop
         return tuple(grads)
-
-
-def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Concatenate along `axis` (all tensors on one device, of one dtype)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("cat needs at least one tensor")
-    dtypes = sorted({str(t.dtype) for t in tensors})
-    if len(dtypes) > 1:  # NumPy would promote, and each input's gradient would come back in the wrong dtype
-        raise TypeError(f"cat: dtype mismatch {' and '.join(dtypes)}; cast with .astype()")
-    ndim = tensors[0].ndim
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"cat: axis {axis} is out of range for {ndim}-dimensional tensors")
-    return Cat.apply(*tensors, axis=axis % ndim)
-
-
-def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join along a new axis: a reshape to insert it, then `cat`."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("stack needs at least one tensor")
-    shapes = {t.shape for t in tensors}
-    if len(shapes) > 1:
-        raise ValueError(f"stack: all tensors must have one shape, got {sorted(shapes)}")
-    ndim = tensors[0].ndim + 1
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"stack: axis {axis} is out of range for the {ndim}-dimensional result")
-    axis %= ndim
-    return cat([t.reshape(*t.shape[:axis], 1, *t.shape[axis:]) for t in tensors], axis)

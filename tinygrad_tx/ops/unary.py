@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import Function, OnceDifferentiable
+from ..function import Function
 from .precision import in_float32
 
 
 class Exp(Function):
+    """y = exp(x);  dx = g·exp(x)"""
+
     def forward(self, x):
         return self.xp.exp(x)
 
@@ -21,6 +23,8 @@ class Exp(Function):
 
 
 class Log(Function):
+    """y = log x;  dx = g / x"""
+
     def forward(self, x):
         return self.xp.log(x)
 
@@ -29,6 +33,8 @@ class Log(Function):
 
 
 class Sqrt(Function):
+    """y = √x;  dx = g / (2√x)"""
+
     def forward(self, x):
         return self.xp.sqrt(x)
 
@@ -37,6 +43,8 @@ class Sqrt(Function):
 
 
 class Tanh(Function):
+    """y = tanh x;  dx = g·(1 - tanh² x)"""
+
     def forward(self, x):
         return self.xp.tanh(x)
 
@@ -57,6 +65,11 @@ def sigmoid_parts(xp, x):
 
 
 class Sigmoid(Function):
+    """y = σ(x) = 1 / (1 + e^-x);  dx = g·σ(x)·σ(-x)
+
+    Both computed from e^-|x| (`sigmoid_parts`), so nothing overflows and neither tail
+    rounds to 0 early."""
+
     def forward(self, x):
         e, s = sigmoid_parts(self.xp, x)
         return self.xp.where(x >= 0, s, e * s)
@@ -67,6 +80,8 @@ class Sigmoid(Function):
 
 
 class Relu(Function):
+    """y = max(x, 0);  dx = g where x > 0 or x is NaN (as PyTorch), 0 elsewhere"""
+
     def forward(self, x):
         return self.xp.maximum(x, 0)
 
@@ -78,6 +93,8 @@ class Relu(Function):
 
 
 class Abs(Function):
+    """y = |x|;  dx = g·sign(x), the sign 0 at 0 and at NaN (as PyTorch)"""
+
     def forward(self, x):
         return self.xp.abs(x)
 
@@ -90,9 +107,14 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @in_float32  # float16's x * x overflows above 256: its gradient was 0 · inf = NaN
-class Gelu(OnceDifferentiable):
-    """GELU(x) = x·Φ(x) (Hendrycks & Gimpel), exact via erf or by PyTorch's tanh approximation.
-    Exact GELU at +inf is inf·1 = inf (PyTorch gives inf or NaN, depending on its code path)."""
+class Gelu(Function):
+    """y = x·Φ(x), Φ the normal distribution function (Hendrycks & Gimpel): exact, via erf, or
+    by PyTorch's tanh approximation Φ(x) ≈ ½(1 + t), t = tanh(√(2/π)·(x + 0.044715·x³)).
+    dx = g·(Φ(x) + x·φ(x)), φ = Φ' the normal density; for the tanh form g·(½(1 + t) + ½x·(1 - t²)·u'),
+    u' = √(2/π)·(1 + 3·0.044715·x²) the derivative of tanh's argument
+
+    Exact GELU at +inf is inf·1 = inf (PyTorch gives inf or NaN, depending on its code path).
+    """
 
     saved = ("approximate", "t", "cdf")
 
@@ -107,9 +129,21 @@ class Gelu(OnceDifferentiable):
         return x * self.cdf
 
     def backward(self, g, x):
-        if self.approximate == "tanh":
-            t = self.t
+        if self.approximate == "tanh":  # on Tensors (create_graph), t again from x, as a node
+            t = self.xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)) if self.creating_graph else self.t
             du = SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)  # d/dx of tanh's argument
             return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du),)
+        cdf = 0.5 * (1 + Erf.apply(x * (1 / math.sqrt(2)))) if self.creating_graph else self.cdf  # Φ(x), a node
         pdf = self.xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))  # φ(x)
-        return (g * (self.cdf + x * pdf),)
+        return (g * (cdf + x * pdf),)
+
+
+class Erf(Function):
+    """y = erf(x) = (2/√π) ∫₀ˣ exp(-s²) ds;  dx = g·(2/√π)·exp(-x²)
+    (exact GELU's Φ as an op, for Gelu's gradient under create_graph)"""
+
+    def forward(self, x):
+        return self.backend.cast(self.backend.erf(x), x.dtype)  # erf may widen float16
+
+    def backward(self, g, x):
+        return (g * (2 / math.sqrt(math.pi)) * self.xp.exp(-x * x),)

@@ -1,8 +1,8 @@
 """Arrays as the page sees them: a few statistics and a small heat-map, as plain JSON.
 
-JSON has no NaN or Infinity, and a browser's `JSON.parse` refuses them, so every
-number goes through `number()`, which turns a non-finite value into null; the
-statistics count the NaNs and Infs instead.
+The statistics are over the finite values, with the NaNs and Infs counted apart;
+the heat-map keeps every value as it is (NaN and ±inf included: `strict_json` spells
+them so that JSON can carry them, and the page colours them apart).
 """
 from __future__ import annotations
 
@@ -15,12 +15,6 @@ HEAT_SIDE = 48
 """A heat-map shows at most HEAT_SIDE × HEAT_SIDE cells: every k-th row and column beyond that."""
 
 
-def number(x: Any) -> float | int | None:
-    """A Python number for JSON: None for NaN and ±Inf."""
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def summary(a: np.ndarray) -> dict:
     """shape, dtype, min, max, mean, std and L2 norm over the finite values, and how many are not."""
     a = np.asarray(a)
@@ -29,22 +23,30 @@ def summary(a: np.ndarray) -> dict:
     stats = {"shape": list(a.shape), "dtype": str(a.dtype), "size": int(a.size),
              "nan": int(np.isnan(values).sum()), "inf": int(np.isinf(values).sum())}
     if finite.size:
-        stats.update(min=number(finite.min()), max=number(finite.max()), mean=number(finite.mean()),
-                     std=number(finite.std()), norm=number(np.sqrt((finite * finite).sum())))
+        stats.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()),
+                     std=float(finite.std()), norm=float(np.sqrt((finite * finite).sum())))
     return stats
 
 
-def heat(a: np.ndarray) -> dict:
+def heat(a: np.ndarray, row_labels: list[str] | None = None, col_labels: list[str] | None = None) -> dict:
     """A 2-D view of `a` for a heat-map: the last two axes of its first slice
     (`[0, 0, :, :]` of a (B, h, T, T) array), every k-th row and column when larger
-    than HEAT_SIDE; `where` says which slice and `stride` which step was taken."""
+    than HEAT_SIDE; `where` says which slice, `stride` which step was taken and
+    `axes` which axes of `a` the rows and columns are. Labels (one per row or column
+    of that plane, such as the tokens at each position) are thinned the same way."""
     a = np.asarray(a, dtype=np.float64) if np.asarray(a).dtype.kind in "biuf" else np.zeros(np.shape(a))
     lead = (0,) * max(a.ndim - 2, 0)
     plane = a[lead].reshape((1, -1) if a.ndim < 2 else a[lead].shape)  # (rows, cols)
     stride = [max(1, math.ceil(n / HEAT_SIDE)) for n in plane.shape]
     plane = plane[::stride[0], ::stride[1]]
     where = "[" + ", ".join(["0"] * len(lead) + [":"] * min(a.ndim, 2)) + "]" if a.ndim > 2 else ""
-    return {"rows": [[number(v) for v in row] for row in plane], "where": where, "stride": stride}
+    axes = [a.ndim - 2, a.ndim - 1] if a.ndim >= 2 else [None, 0 if a.ndim == 1 else None]
+    answer = {"rows": plane.tolist(), "where": where, "stride": stride, "axes": axes}
+    if row_labels is not None and len(row_labels) == a.shape[-2]:
+        answer["row_labels"] = row_labels[::stride[0]]
+    if col_labels is not None and a.ndim >= 1 and len(col_labels) == a.shape[-1]:
+        answer["col_labels"] = col_labels[::stride[1]]
+    return answer
 
 
 def describe_value(v: Any, to_host: Callable[[Any], np.ndarray]) -> dict:

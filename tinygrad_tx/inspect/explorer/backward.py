@@ -15,8 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...plan import backward_plan
-from ...tensor import Tensor
+from ... import Tensor, backward_plan
 from ..trace import trace_backward
 
 
@@ -28,7 +27,7 @@ class WalkStep:
     node: str  # the node's id in the page's graph
     op: str
     grad: Any  # d root / d (this node's output)
-    sends: list[dict] = field(default_factory=list)  # JSON parts: to, arrival, summed_from
+    sends: list[dict] = field(default_factory=list)  # JSON parts: to, input, arrival, summed_from
     sent: list[Any] = field(default_factory=list)  # the arrays sent, one per entry of `sends`
     releases: list[str] = field(default_factory=list)
 
@@ -60,8 +59,10 @@ def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], s
                           releases=held.get(id(step.node), []) if planned.releases else [])
         for flow in step.sent:
             # where the plan sums a broadcast back, the node sent a gradient of its output's shape
-            summed_from = list(planned.shape) if flow.route.sum_to is not None else None
-            record.sends.append({"to": node_id(flow.target), "arrival": flow.arrival, "summed_from": summed_from})
+            which, _, sum_to = flow.route  # (input, to, sum_to)
+            summed_from = list(planned.shape) if sum_to is not None else None
+            record.sends.append({"to": node_id(flow.target), "input": which, "arrival": flow.arrival,
+                                 "summed_from": summed_from})
             record.sent.append(flow.grad)
         steps.append(record)
     return steps

@@ -1,23 +1,30 @@
 """The compiled step: what `tx.jit` records of a call (forward and backward) and the Python it
-becomes, each line linked to the graph node whose op it runs.
+becomes, each line linked to the graph node whose op it runs, in the graph's numbers.
 
 The record is made from its own call of the function (before the explorer's), so the
 ops are the same kind and order but not the same objects: a line is linked to the
-graph node of the same op at the same place in creation order. Ops that do not
-reach the result (no graph node) and the lines that are not an op stay unlinked.
+graph node of the same op at the same place in creation order. The codegen names an
+op by its index on the tape (`# #0 MatMul`, `# step 0: #20 Mul`); the page has one
+numbering, the graph's, so those comments are rewritten to it (`# #21 MatMul`,
+`# backward #1 Mul`), and an op that does not reach the result (no graph node) says so.
+The lines that only fetch the step's arrays (`V[k] = t3.data`) are marked, for the page
+to fold.
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Callable
 
-from ...tensor import Tensor
+from ... import Tensor
 from .backward import seed_gradient
 
-OP_COMMENT = re.compile(r"# #(\d+) (\w+)")  # codegen ends an op's line with "# #<index> <Op>"
+FORWARD = re.compile(r"# #(\d+) (\w+)")  # codegen ends an op's forward line with "# #<index> <Op> -> s<k>"
+BACKWARD = re.compile(r"# step (\d+): #(\d+) (\w+)")  # and opens its backward step with "# step <i>: #<index> <Op>"
+FETCH = re.compile(r"\s*V\[\d+\] = [\w\[\]]+\.data\b")  # an argument's or a captured tensor's array
 
 
-def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Tensor]) -> dict:
+def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Tensor],
+                    seed: Tensor | None = None) -> dict:
     """{"summary", "source", "ops"}: the tape of fn's forward plus a backward from its result, or
     {"refused": why} when `tx.jit` cannot record it."""
     from ...jit import JitError, jit  # here: tx.jit itself watches the engine through tx.inspect
@@ -25,7 +32,7 @@ def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Ten
     def step(*arguments):
         root = first_tensor(fn(*arguments))
         if root.requires_grad:  # (if not, the explorer says so itself)
-            root.backward(seed_gradient(root))
+            root.backward(seed if seed is not None else seed_gradient(root))
         return root
 
     jitted = jit(step)
@@ -39,7 +46,8 @@ def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Ten
 
 
 def link_lines(record: dict, graph_ops: list[tuple[str, str]]) -> dict:
-    """The record's source as lines, each with the graph node id its op is (or None).
+    """The record's source as lines, each with the graph node id its op is (or None), its kind
+    ("fetch", "forward", "backward" or None) and its text in the graph's numbers.
 
     `graph_ops`: (node id, op name) of the graph's ops in creation order. The record's
     ops kept for backward are matched to them in order, by name (the graph holds only
@@ -52,6 +60,13 @@ def link_lines(record: dict, graph_ops: list[tuple[str, str]]) -> dict:
             node_of[index] = queue.pop(0)[0]
     lines = []
     for text in record["source"].splitlines():
-        match = OP_COMMENT.search(text)
-        lines.append({"text": text, "node": node_of.get(int(match[1])) if match else None})
+        line = {"text": text, "node": None, "kind": "fetch" if FETCH.match(text) else None}
+        for kind, pattern, words in (("forward", FORWARD, "# "), ("backward", BACKWARD, "# backward ")):
+            match = pattern.search(text)
+            if match:
+                *_, index, op = match.groups()
+                node = node_of.get(int(index))
+                named = f"#{node[2:]} {op}" if node else f"{op}: not in the graph (it does not reach the result)"
+                line.update(node=node, kind=kind, text=text[:match.start()] + words + named + text[match.end():])
+        lines.append(line)
     return {"summary": record["summary"], "lines": lines}

@@ -1,20 +1,40 @@
-// What every view shares: `api`, how it talks to the server, and `showView`, how one view
-// brings another to the front (the page's shell, explore.js, says how with `onShowView`).
-export async function api(path, body) {
-  const options = body === undefined ? {} :
-    { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
-  const response = await fetch(path, options);
-  const answer = await response.json();
-  if (!response.ok) throw new Error(answer.error || response.statusText);
-  return answer;
-}
+// What every view shares, on one global object, TX (the page's scripts are plain scripts, run in the
+// order index.html lists them, so that a saved page can hold them all inline):
+// - TX.api(path, body): asks the server (GET, or POST with a JSON body); in a saved page it reads
+//   the answers saved inside it (export.py) and asks nothing of anyone;
+// - TX.onNews(listener): the run's news while it trains (new metrics, a new checkpoint), from one
+//   server-sent event stream that the shell (explore.js) opens;
+// - TX.showView(name), which the shell provides.
+"use strict";
+window.TX = { views: {} };
 
-let show = null;
+(() => {
+  const holder = document.getElementById("tx-saved");
+  const saved = holder ? JSON.parse(holder.textContent) : null;
+  TX.saved = saved !== null;
 
-export function onShowView(how) {
-  show = how;
-}
+  TX.api = async (path, body) => {
+    if (saved) return fromSaved(path, body);
+    const options = body === undefined ? {} :
+      { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+    const response = await fetch(path, options);
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    return answer;
+  };
 
-export function showView(name) {
-  return show(name);
-}
+  function fromSaved(path, body) {
+    const key = body === undefined ? path : `POST ${path} ${JSON.stringify(body)}`;
+    if (key in saved) return saved[key];
+    throw new Error("this saved page holds only what was saved with it (the step, its walk, the example " +
+                    "sentence): serve the run (python -m models explore RUN) to ask for anything else");
+  }
+
+  const listeners = [], heard = [];  // a view started later hears the news so far first
+  TX.onNews = (listener) => { listeners.push(listener); for (const event of heard) listener(event); };
+  TX.news = (event) => { heard.push(event); for (const listener of listeners) listener(event); };
+
+  let show = null;
+  TX.onShowView = (how) => { show = how; };
+  TX.showView = (name) => show(name);
+})();

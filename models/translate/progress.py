@@ -1,0 +1,82 @@
+"""How `train` shows its progress: tqdm's bar on a terminal, plain lines in a log file.
+
+tqdm redraws its bar with carriage returns; written to a file (`train ... > log 2>&1`) that
+is 140-240 KB of redraws a run, and every message the trainer writes between two redraws
+comes with a copy of the bar. So when standard error is not a terminal, `LogLines` takes
+tqdm's place: one plain line at each tenth of the run (and at least once a minute).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+
+def progress(total: int, initial: int, enabled: bool):
+    """A context manager with tqdm's `update`, `set_postfix` and `write`, as suits standard error."""
+    if enabled and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+    return LogLines(total, initial, enabled)
+
+
+class LogLines:
+    """`step 300/3000 (10%): loss 2.181, lr 1.5e-03, tok_s 23169; 0:12 so far, about 1:48 to go`."""
+
+    EVERY_S = 60.0
+
+    def __init__(self, total: int, initial: int, enabled: bool = True):
+        self.initial, self.n, self.enabled = initial, initial, enabled
+        self.total = total
+        self.postfix: dict[str, str] = {}
+        self.postfix_at = initial  # the step the postfix's values were measured at
+        self.started = self.last = time.perf_counter()
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    @total.setter
+    def total(self, steps: int) -> None:
+        """The steps to go, set again when a --time run has chosen them (as tqdm's `total`)."""
+        self._total, self.every = steps, max(1, steps // 10)
+
+    def refresh(self) -> None:
+        """tqdm redraws its bar here; a log line waits for the next step."""
+
+    def __enter__(self) -> LogLines:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def set_postfix(self, **values) -> None:
+        self.postfix = {name: str(value) for name, value in values.items()}
+        self.postfix_at = self.n
+
+    def write(self, text: str) -> None:
+        if self.enabled:
+            print(text, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.perf_counter()
+        if self.enabled and (self.n % self.every == 0 or self.n == self.total or now - self.last >= self.EVERY_S):
+            self.last = now
+            print(self.line(now - self.started), file=sys.stderr, flush=True)
+
+    def line(self, elapsed: float) -> str:
+        done = self.n - self.initial
+        left = elapsed / done * (self.total - self.n) if done else 0.0
+        values = ", ".join(f"{name} {value}" for name, value in self.postfix.items())
+        if values and self.postfix_at != self.n:  # logged every --log-every steps: say when
+            values += f" (at step {self.postfix_at})"
+        return (f"step {self.n}/{self.total} ({100 * self.n / self.total:.0f}%)" + (f": {values}" if values else "")
+                + f"; {clock(elapsed)} so far, about {clock(left)} to go")
+
+
+def clock(seconds: float) -> str:
+    """125.3 -> "2:05"; 3725 -> "1:02:05"."""
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}:{m:02d}:{s:02d}" if hours else f"{m}:{s:02d}"

@@ -1,0 +1,53 @@
+"""`train`'s settings reach the model and the optimizer under one set of names, each value given once
+(issue 30, item 7)."""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import pytest
+
+import tinygrad_tx as tx
+from models.config import TransformerConfig
+from models.translate.settings import TrainSettings, settings_for
+from models.translate.training import Trainer
+
+from .test_cli import Quiet
+
+SMALL = dict(task="copy", steps=8, eval_every=4, d_model=8, num_heads=2, num_encoder_layers=1,
+             num_decoder_layers=2, d_ff=8, n_train=40, n_held_out=5, lr=3e-3, warmup=2)
+
+
+def test_the_model_settings_are_the_configs_own_names():
+    config = {f.name for f in fields(TransformerConfig)}
+    options = TrainSettings().model_options()
+    assert {"d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "dropout"} == set(options)
+    assert set(options) <= config
+
+
+def test_the_model_and_the_schedule_get_what_was_given(tmp_path):
+    trainer = Trainer(TrainSettings(**SMALL, out=str(tmp_path / "run")))
+    config = trainer.model.module.config
+    assert (config.num_encoder_layers, config.num_decoder_layers, config.num_heads) == (1, 2, 2)
+    assert len(trainer.model.module.decoder.layers) == 2
+    assert trainer.schedule.lr_at(2) == pytest.approx(3e-3)  # the peak, --lr, at the end of the warm-up
+
+
+def test_a_run_saved_with_the_old_names_resumes(tmp_path):
+    out = tmp_path / "run"
+    trainer = Trainer(TrainSettings(**{**SMALL, "num_decoder_layers": 1}, out=str(out)))
+    trainer.start()
+    trainer.train(Quiet())
+    run = json.loads((out / "run.json").read_text())
+    settings = run["settings"]
+    for name in ("num_heads", "num_encoder_layers", "num_decoder_layers"):
+        settings.pop(name)
+    run["settings"] = {**settings, "heads": 2, "layers": 1}  # run.json as `train` wrote it before
+    (out / "run.json").write_text(json.dumps(run))
+    resumed = settings_for({"out": str(out), "resume": True, "steps": 10})
+    assert (resumed.num_heads, resumed.num_encoder_layers, resumed.num_decoder_layers) == (2, 1, 1)
+    trainer = Trainer(resumed)
+    trainer.start()
+    assert trainer.step == 8
+    trainer.train(Quiet())
+    assert int(tx.load(out / "last.npz")["step"]) == 10
