@@ -9,7 +9,7 @@ import pytest
 from models.translate import cli, launch
 from models.translate.settings import settings_for
 
-from ..distributed.test_distributed import needs_mpi
+from ..distributed.helpers import needs_mpi
 from .test_cli import run_cli
 from .test_corpus_cli import write_anki
 

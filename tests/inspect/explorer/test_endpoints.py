@@ -416,11 +416,12 @@ def run_without_checkpoints(tiny_run, where) -> object:
 
 def cli_translation(run, sentence: str, beam: int = 4) -> str:
     """What `python -m models translate` prints for `sentence` with the run as it is now, in-process:
-    the same code (open_run, which loads best.npz, and translate)."""
+    the same code (open_run, which loads best.npz, and translate, with the run's chosen length penalty)."""
     from models.translate.evaluation import translate
 
     opened = open_run(run)
-    return translate(opened.model, [sentence], opened.src_vocab, opened.tgt_vocab, opened.tokenizers, beam)[0]
+    return translate(opened.model, [sentence], opened.src_vocab, opened.tgt_vocab, opened.tokenizers, beam,
+                     length_penalty=opened.decoding()[1])[0]
 
 
 def test_a_run_without_a_checkpoint_is_served_and_fills_in_as_checkpoints_appear(tiny_run, tmp_path):
@@ -558,9 +559,9 @@ def test_explore_html_command(tiny_run, tmp_path):
     assert done.returncode == 0 and done.stdout == "" and page.is_file(), done.stderr
     saved = json.loads(re.search(r'<script id="tx-saved" type="application/json">(.*?)</script>', page.read_text(),
                                  re.S)[1])
-    example = saved["/api/info"]["example"]
-    assert saved['POST /api/translate {"sentence":' + json.dumps(example) + ',"beam":4}']["output"] == (
-        cli_translation(tiny_run, example))
+    example, beam = saved["/api/info"]["example"], saved["/api/info"]["beam"]  # the run's chosen beam
+    assert saved['POST /api/translate {"sentence":' + json.dumps(example) + f',"beam":{beam}}}']["output"] == (
+        cli_translation(tiny_run, example, beam))
     assert run_cli("explore", str(tiny_run), "--html", str(page), timeout=120).returncode == 0  # its own page: again
     mine = tmp_path / "mine.html"
     mine.write_text("<p>my notes</p>")
