@@ -6,8 +6,9 @@ a time budget measures itself and then chooses its number of steps: its steps up
 second validation give the seconds a step and a validation take, and the steps
 that fit in the time left, up to --steps, become the end of the learning-rate schedule (which
 decays to that end, as it would to a --steps given by hand). A budget is a bound, not a
-target: a corpus's default --steps stops a small corpus once more epochs stop paying. That choice is saved in every checkpoint,
-so a resumed run keeps the schedule it chose, whatever the time then.
+target: a corpus's default --steps stops a small corpus once more epochs stop paying. That
+choice is saved in every checkpoint, so a resumed run keeps the schedule it chose, whatever
+the time then.
 
 The budget covers the whole `train` command, from reading the corpus to the final report;
 `FINAL_SHARE` of it is kept for what follows the last step (choosing the decoding on the
