@@ -29,6 +29,7 @@ import numpy as np
 
 from .observers import replayable
 from .backend import backend_of
+from .fused_adam import adam_kernel
 from .tensor import Tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm"]
@@ -219,6 +220,11 @@ class Adam(Optimizer):
         if not state:
             state["m"], state["v"] = xp.zeros_like(param), xp.zeros_like(param)
         m, v = state["m"], state["v"]
+        bias1, bias2 = 1 - beta1 ** self.t, 1 - beta2 ** self.t
+        fused = adam_kernel(xp, param.dtype)
+        if fused is not None:  # on a GPU: the lines below as one kernel (fused_adam.py)
+            fused(grad, 1 - beta1, beta1, 1 - beta2, beta2, math.sqrt(bias2), self.eps, self.lr / bias1, param, m, v)
+            return
         # The formulas above, in place through one scratch array: each `a op b` below is a
         # pass over the parameter's size that would otherwise allocate its result.
         tmp = xp.multiply(grad, 1 - beta1, out=xp.empty_like(param))
@@ -228,7 +234,6 @@ class Adam(Optimizer):
         tmp *= grad
         v *= beta2
         v += tmp
-        bias1, bias2 = 1 - beta1 ** self.t, 1 - beta2 ** self.t
         denom = xp.sqrt(v, out=tmp)
         denom /= math.sqrt(bias2)
         denom += self.eps  # √v̂ + eps
