@@ -57,6 +57,21 @@ def results(out: Path) -> list[dict]:
     return [dict(np.load(out / f"rank{r}.npz")) for r in range(RANKS)]
 
 
+def replayed_as_eager(case: str, device: str, out: Path) -> list[dict]:
+    """Run a worker case that trains eagerly and under tx.jit on every rank; check each rank made
+    5 replays and that every array it saved after the jitted run ("jit.x") equals eager's ("eager.x")
+    bit for bit; the ranks' results."""
+    one_gpu_per_rank(device)
+    done = run_worker(case, device, out)
+    assert done.returncode == 0, done.stderr
+    ranks = results(out)
+    for got in ranks:
+        assert got["replays"] == 5
+        for name in (k[len("eager."):] for k in got if k.startswith("eager.")):
+            np.testing.assert_array_equal(got[f"jit.{name}"], got[f"eager.{name}"], err_msg=name)
+    return ranks
+
+
 def load_worker():
     spec = importlib.util.spec_from_file_location("dist_worker", HERE / "worker.py")
     module = importlib.util.module_from_spec(spec)

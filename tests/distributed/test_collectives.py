@@ -3,7 +3,7 @@ tensors, strided views, 0-d results and numbers, and the same inside a jitted st
 against what one process computes without MPI."""
 import numpy as np
 
-from .helpers import needs_mpi, one_gpu_per_rank, results, run_worker
+from .helpers import needs_mpi, one_gpu_per_rank, replayed_as_eager, results, run_worker
 
 
 @needs_mpi
@@ -31,13 +31,6 @@ def test_collectives(device, tmp_path):
 def test_collectives_inside_a_jitted_step_are_made_at_every_replay(device, tmp_path):
     """dist.broadcast / all_reduce called in the step itself (issue 22, item 1): replays make them
     again, so the ranks' weights stay equal and equal eager's bit for bit."""
-    one_gpu_per_rank(device)
-    done = run_worker("collectives_jit", device, tmp_path)
-    assert done.returncode == 0, done.stderr
-    ranks = results(tmp_path)
-    for got in ranks:
-        assert got["replays"] == 5
-        for name in (k[len("eager."):] for k in got if k.startswith("eager.")):
-            np.testing.assert_array_equal(got[f"jit.{name}"], got[f"eager.{name}"], err_msg=name)
+    ranks = replayed_as_eager("collectives_jit", device, tmp_path)
     for name in ranks[0]:
         np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)  # the ranks agree
