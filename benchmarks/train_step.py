@@ -37,6 +37,8 @@ import op_overhead
 import threads
 from common import CONFIGS, ours, theirs
 from report import written_to_docs
+from tinygrad_tx.jit import JitError
+
 
 def matmul_flops(c: dict) -> float:
     """FLOPs of the step's matrix products: forward, plus twice that for backward."""
@@ -153,8 +155,10 @@ def gpu_peak_mib(config: str, framework: str) -> float:
     return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
 
 
-def gpu_rows(name: str, row: dict) -> None:
-    """On a GPU: kernel launches a step for each framework, and the jit's replay as one CUDA graph."""
+def gpu_rows(name: str, row: dict, steps: int) -> None:
+    """On a GPU: kernel launches a step for each framework, and the jit's replay launched as one
+    CUDA graph (`tx.jit(step, cuda_graph=True)`): its time and whether its losses are the plain
+    replay's bit for bit, or why it cannot be captured."""
     c = CONFIGS[name]
     try:
         counts = {f: gpu.launches(make(c, "cuda")) for f, make in FRAMEWORKS.items()}
@@ -164,12 +168,16 @@ def gpu_rows(name: str, row: dict) -> None:
         row["launches"] = counts
         print("   launches a step: " + ", ".join(f"{f} {n['kernels']} kernels + {n['copies']} copies/memsets"
                                                for f, n in counts.items()))
-    g = row["cuda_graph"] = gpu.graph(ours(c, "cuda", jit=True), ours(c, "cuda", jit=True))
-    if g["captured"]:
-        print(f"   jit replay as one CUDA graph: {g['ms']:.1f} ms (ratio {g['ms'] / row['torch_ms']:.2f}); "
-              f"loss differs from the plain replay's by at most {g['loss_difference']:.2g} over 5 steps")
-    else:
-        print(f"   jit replay as one CUDA graph: cannot be captured: {g['why']}, at {g['where']}")
+    try:
+        graph, replay = (gpu.losses(lambda: ours(c, "cuda", jit=True, cuda_graph=g)) for g in (True, False))
+    except JitError as error:
+        row["cuda_graph"] = str(error)
+        print(f"   jit replay as one CUDA graph: {str(error).removeprefix('jit: ')}")
+        return
+    t = time_side_by_side({"torch": theirs(c, "cuda"), "graph": ours(c, "cuda", jit=True, cuda_graph=True)}, steps)
+    row["cuda_graph"] = {"ms": 1e3 * t["graph"], "ratio": t["graph"] / t["torch"], "equals_replay": graph == replay}
+    print(f"   jit replay as one CUDA graph: {1e3 * t['graph']:.1f} ms (ratio {t['graph'] / t['torch']:.2f}); losses "
+          f"over {len(graph)} steps {'equal' if graph == replay else 'DIFFER FROM'} the plain replay's, bit for bit")
 
 
 def main_job(jit: bool) -> tuple[float, str]:
@@ -229,7 +237,7 @@ def main() -> None:
                   f"{row['tinygrad_tx_mib']:.0f} MiB (ratio {row['tinygrad_tx_mib'] / row['torch_mib']:.2f}), "
                   f"jit {row['tinygrad_tx+jit_mib']:.0f} MiB (ratio {row['tinygrad_tx+jit_mib'] / row['torch_mib']:.2f})")
         if args.device == "cuda":
-            gpu_rows(name, row)
+            gpu_rows(name, row, args.steps)
         results[name] = row
     if args.busy:
         row = {}

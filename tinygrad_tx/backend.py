@@ -10,15 +10,16 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from . import host_kernels
 from .observers import replayable
-from .scatter import cuda_segment_sums, host_segment_sums, scatter_add_in_order
+from .scatter import cuda_segment_add, host_segment_add, scatter_add_in_order
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
 
@@ -104,6 +105,14 @@ class Backend:
         """The error function, elementwise (exact GELU needs it; NumPy lacks it)."""
         return self._erf(x)
 
+    # -- CUDA graphs ---------------------------------------------------------------
+    def capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
+        """Run `fn()` captured as a CUDA graph: (the graph, what `fn` returned). The capture
+        itself computes nothing on a GPU; `graph.launch()` runs the captured kernels, on the
+        same arrays, with the numbers they were given (`tx.jit(..., cuda_graph=True)`)."""
+        raise DeviceError(f"a CUDA graph needs the step on a CUDA device, not {self.name}: move the model "
+                          "and the batches with .to('cuda'), or leave cuda_graph off")
+
 
 def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
     """`array.sum(axis, keepdims)`, with float16 added in float32 and rounded once, as PyTorch
@@ -137,8 +146,9 @@ class StrictBackend(Backend):
         from . import strict
 
         super().__init__("strict", strict.xp, strict.StrictArray)
+        self._strict = strict
         self._scatter_add = functools.partial(scatter_add_in_order, strict.xp,
-                                              segment_sums=strict.wrap_function(host_segment_sums, "segment_sums"))
+                                              segment_add=strict.wrap_function(host_segment_add, "segment_add"))
         self._erf = strict.wrap_function(host_kernels.erf, "erf")
 
     def to_host(self, array):
@@ -159,11 +169,26 @@ class StrictBackend(Backend):
     def constant(self, value):
         return self.xp.asarray(value)  # a 0-d strict array (a NumPy scalar would be refused above)
 
+    def bernoulli_keep(self, shape, p):
+        # one "kernel" of the device, so that a graph's launch draws again (CuPy's generator
+        # keeps its state on the GPU, and its kernels advance it)
+        return self._strict.wrap_function(host_kernels.bernoulli_keep, "bernoulli_keep")(self.rng, shape, p)
+
+    def capture(self, fn):
+        """The strict device's model of a CUDA graph (`tinygrad_tx.strict`). Its capture computes
+        (a GPU's computes nothing), so the generator is put back where it was: on a GPU the
+        graph's first draw is made by its first launch."""
+        state = self.rng.bit_generator.state
+        try:
+            return self._strict.capture(fn)
+        finally:
+            self.rng.bit_generator.state = state
+
 
 class CupyBackend(Backend):
     def __init__(self, cupy: Any):
         super().__init__("cuda", cupy, cupy.ndarray)
-        self._scatter_add = functools.partial(scatter_add_in_order, cupy, segment_sums=cuda_segment_sums(cupy))
+        self._scatter_add = functools.partial(scatter_add_in_order, cupy, segment_add=cuda_segment_add(cupy))
         from cupyx.scipy.special import erf
 
         self._erf = erf
@@ -177,6 +202,31 @@ class CupyBackend(Backend):
 
     def to_host(self, array):
         return self.xp.asnumpy(array)
+
+    def capture(self, fn):
+        cupy = self.xp
+        pool = cupy.cuda.MemoryPool()  # the graph's own: no array made later may take its memory
+        stream = cupy.cuda.Stream(non_blocking=True)  # the legacy default stream cannot capture
+        with cupy.cuda.using_allocator(pool.malloc), stream:
+            stream.begin_capture()
+            try:
+                result = fn()
+            except BaseException:
+                with contextlib.suppress(Exception):  # ending a broken capture fails as well: the
+                    stream.end_capture()  # first error is the one that says what broke it
+                raise
+            graph = stream.end_capture()
+        return _CudaGraph(cupy, graph, pool), result
+
+
+class _CudaGraph:
+    """A captured graph with the memory pool its arrays live in (kept as long as it is)."""
+
+    def __init__(self, cupy: Any, graph: Any, pool: Any):
+        self.cupy, self.graph, self.pool = cupy, graph, pool
+
+    def launch(self) -> None:
+        self.graph.launch(self.cupy.cuda.get_current_stream())  # in order with the eager kernels
 
 
 def _load_cupy() -> Backend:

@@ -24,9 +24,11 @@ import numpy as np
 
 
 def scatter_add_in_order(xp: Any, target: Any, index: Any, values: Any,
-                         segment_sums: Callable[[Any, Any], Any]) -> None:
+                         segment_add: Callable[[Any, Any, Any], None]) -> None:
     """`target[index] += values` (target C-contiguous), each position's values added in the order
-    they appear; `segment_sums(rows, starts)` sums each run of `rows` that begins at a start."""
+    they appear; `segment_add(flat, where, rows)` sums each run of equal `where` in `rows` and adds
+    the sum to that row of `flat`. Every array here has a shape known without reading a value (a
+    CUDA graph can hold it, `tx.jit(..., cuda_graph=True)`)."""
     if not target.flags.c_contiguous:
         raise ValueError("scatter_add needs a C-contiguous target (it writes through a reshaped view)")
     if getattr(index, "ndim", None) == 1 and getattr(index, "dtype", np.dtype(object)).kind in "iu":
@@ -42,48 +44,53 @@ def scatter_add_in_order(xp: Any, target: Any, index: Any, values: Any,
     if where.size == 0 or rows.size == 0:
         return
     order = xp.argsort(where * where.size + xp.arange(where.size))  # unique keys: ties keep their order
-    where = where[order]
-    starts = xp.flatnonzero(xp.concatenate((xp.ones(1, dtype=bool), where[1:] != where[:-1])))  # (S,)
-    flat[where[starts]] += segment_sums(xp.ascontiguousarray(rows[order]), starts)  # distinct rows: exact
+    segment_add(flat, where[order], xp.ascontiguousarray(rows[order]))
 
 
-def host_segment_sums(rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Each run's sum, from 0, first value to last, as the CUDA kernel below adds (NumPy's `add.at`
-    is sequential; its `reduceat` may add pairwise)."""
+def host_segment_add(flat: np.ndarray, where: np.ndarray, rows: np.ndarray) -> None:
+    """Each run's sum, from 0, first value to last, added to its row (as the CUDA kernel below
+    does; NumPy's `add.at` is sequential, its `reduceat` may add pairwise)."""
+    starts = np.flatnonzero(np.concatenate(([True], where[1:] != where[:-1])))  # (S,) each run's first
     segment = np.zeros(len(rows), dtype=np.intp)
     segment[starts[1:]] = 1
-    sums = np.zeros((len(starts), rows.shape[1]), dtype=rows.dtype)
-    np.add.at(sums, np.cumsum(segment), rows)
-    return sums
+    wide = rows.astype(np.float32) if rows.dtype == np.float16 else rows  # float16 summed in float32
+    sums = np.zeros((len(starts), rows.shape[1]), dtype=wide.dtype)
+    np.add.at(sums, np.cumsum(segment), wide)
+    inside = (where[starts] >= 0) & (where[starts] < len(flat))  # as the kernel: no write out of bounds
+    flat[where[starts][inside]] += sums[inside].astype(flat.dtype)
 
 
 _CUDA_SOURCE = r"""
-extern "C" __global__ void segment_sums(const DTYPE* rows, const long long* starts, long long n_rows,
-                                        long long n_segments, long long width, DTYPE* out) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // one thread per (segment, column)
-    if (i >= n_segments * width) return;
-    long long s = i / width, c = i % width;
-    long long end = s + 1 < n_segments ? starts[s + 1] : n_rows;
+extern "C" __global__ void segment_add(const DTYPE* rows, const long long* where, long long n_rows,
+                                       long long width, DTYPE* flat, long long n_targets) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // one thread per (row, column)
+    if (i >= n_rows * width) return;
+    long long r = i / width, c = i % width;
+    if (r > 0 && where[r] == where[r - 1]) return;  // the first row of each run adds the whole run
+    if (where[r] < 0 || where[r] >= n_targets) return;  // a bad id (a graph checks ids after its launch)
     DTYPE sum = 0;
-    for (long long r = starts[s]; r < end; ++r) sum += rows[r * width + c];  // in order: no atomics
-    out[i] = sum;
+    for (long long k = r; k < n_rows && where[k] == where[r]; ++k) sum += rows[k * width + c];  // in order
+    flat[where[r] * width + c] += sum;  // one thread a target element: no atomics
 }
 """
 
 
-def cuda_segment_sums(cupy: Any) -> Callable[[Any, Any], Any]:
-    """`host_segment_sums` as a CUDA kernel for CuPy (float16 summed in float32)."""
-    kernels = {np.dtype(dtype): cupy.RawKernel(_CUDA_SOURCE.replace("DTYPE", ctype), "segment_sums")
+def cuda_segment_add(cupy: Any) -> Callable[[Any, Any, Any], None]:
+    """`host_segment_add` as a CUDA kernel for CuPy. float16 is summed in float32 into a scratch
+    array, then added to the rows the runs go to."""
+    kernels = {np.dtype(dtype): cupy.RawKernel(_CUDA_SOURCE.replace("DTYPE", ctype), "segment_add")
                for dtype, ctype in ((np.float32, "float"), (np.float64, "double"))}
 
-    def sums(rows: Any, starts: Any) -> Any:
-        wide = rows.astype(np.float32) if rows.dtype == np.float16 else rows
-        n_rows, width = wide.shape
-        out = cupy.empty((starts.size, width), dtype=wide.dtype)
-        threads = starts.size * width
-        kernels[wide.dtype](((threads + 255) // 256,), (256,),
-                            (wide, starts.astype(np.int64), np.int64(n_rows), np.int64(starts.size),
-                             np.int64(width), out))
-        return out.astype(rows.dtype, copy=False)
+    def add(flat: Any, where: Any, rows: Any) -> None:
+        n_rows, width = rows.shape
+        target = flat if flat.dtype != np.float16 else cupy.zeros(flat.shape, dtype=np.float32)
+        threads = n_rows * width
+        kernels[target.dtype](((threads + 255) // 256,), (256,),
+                              (rows.astype(target.dtype, copy=False), where.astype(np.int64), np.int64(n_rows),
+                               np.int64(width), target, np.int64(flat.shape[0])))
+        if target is not flat:
+            touched = cupy.zeros(flat.shape[0], dtype=bool)
+            touched[where] = True
+            flat[...] = cupy.where(touched[:, None], flat + target.astype(np.float16), flat)
 
-    return sums
+    return add

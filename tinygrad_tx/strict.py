@@ -15,7 +15,14 @@ bugs on a machine with no GPU:
   (`tinygrad_tx/scatter.py` says why that matters and how the backend avoids it);
 - results are arrays, 0-d ones included, where NumPy gives scalars (np.float32), and
   a strict tensor refuses a NumPy scalar as its data (`StrictBackend.as_array`): the
-  CPU backend makes its 0-d results arrays, so this catches values made on the host.
+  CPU backend makes its 0-d results arrays, so this catches values made on the host;
+- a CUDA graph (`capture`): while one is captured, reading a value on the host, moving
+  one to the device, a result whose size depends on values and a matrix product (CuPy
+  refuses cuBLAS calls while a stream captures) raise, as CuPy does, and every operation is
+  written down rather than trusted to happen again; `Graph.launch` runs exactly those
+  operations again on the same arrays, with the numbers they were given then. So what a
+  graph cannot replay (a number computed on the host at each call, a `.grad` set by
+  Python, a generator replaced) goes as stale on the CPU as it would on a GPU.
 """
 from __future__ import annotations
 
@@ -55,21 +62,27 @@ class StrictArray:
 
     # -- explicit exits, as in CuPy ----------------------------------------------------
     def get(self) -> np.ndarray:
+        _refuse_while_capturing("a copy to the host")
         return self._a.copy()
 
     def item(self):
+        _refuse_while_capturing("item()")
         return self._a.item()
 
     def __float__(self):
+        _refuse_while_capturing("float()")
         return float(self._a)
 
     def __int__(self):
+        _refuse_while_capturing("int()")
         return int(self._a)
 
     def __bool__(self):
+        _refuse_while_capturing("bool()")
         return bool(self._a)
 
     def __index__(self):
+        _refuse_while_capturing("an index")
         return operator.index(self._a)
 
     def __len__(self):
@@ -84,7 +97,7 @@ class StrictArray:
     # -- everything else is NumPy's, with arguments checked and results wrapped -------
     @property
     def T(self):
-        return StrictArray(self._a.T)
+        return _wrap(_kernel(np.transpose, (self._a,), {}))
 
     @property
     def flags(self):
@@ -97,10 +110,10 @@ class StrictArray:
         return wrap_function(attr, name) if callable(attr) else attr
 
     def __getitem__(self, index):
-        return _wrap(self._a[_unwrap(index, "indexing")])
+        return _wrap(_kernel(operator.getitem, (self._a, _unwrap(index, "indexing")), {}))
 
     def __setitem__(self, index, value):
-        self._a[_unwrap(index, "indexing")] = _unwrap(value, "assignment")
+        _kernel(operator.setitem, (self._a, _unwrap(index, "indexing"), _unwrap(value, "assignment")), {})
 
 
 def _unwrap(value: Any, where: str) -> Any:
@@ -129,22 +142,22 @@ def _wrap(value: Any) -> Any:
 
 def wrap_function(func, name: str):
     def call(*args, **kwargs):
-        return _wrap(func(*_unwrap(args, name), **_unwrap(kwargs, name)))
+        return _wrap(_kernel(func, _unwrap(args, name), _unwrap(kwargs, name)))
 
     return call
 
 
 def _binary(op):
-    return lambda self, other: _wrap(op(self._a, _unwrap(other, op.__name__)))
+    return lambda self, other: _wrap(_kernel(op, (self._a, _unwrap(other, op.__name__)), {}))
 
 
 def _reflected(op):
-    return lambda self, other: _wrap(op(_unwrap(other, op.__name__), self._a))
+    return lambda self, other: _wrap(_kernel(op, (_unwrap(other, op.__name__), self._a), {}))
 
 
 def _inplace(op):
     def update(self, other):
-        op(self._a, _unwrap(other, op.__name__))  # NumPy's in-place operator mutates self._a
+        _kernel(op, (self._a, _unwrap(other, op.__name__)), {})  # NumPy's in-place operator mutates self._a
         return self
 
     return update
@@ -159,7 +172,7 @@ for _name in _ARITHMETIC:
 for _name in ["lt", "le", "gt", "ge", "eq", "ne"]:
     setattr(StrictArray, f"__{_name}__", _binary(getattr(operator, _name)))
 for _name in ["neg", "pos", "abs", "invert"]:
-    setattr(StrictArray, f"__{_name}__", lambda self, op=getattr(operator, _name): StrictArray(op(self._a)))
+    setattr(StrictArray, f"__{_name}__", lambda self, op=getattr(operator, _name): _wrap(_kernel(op, (self._a,), {})))
 
 
 class _StrictUfunc:
@@ -217,10 +230,99 @@ class _StrictModule:
 def _transfer(func):
     def call(obj, *args, **kwargs):
         if isinstance(obj, StrictArray):
-            obj = obj._a
+            return _wrap(_kernel(func, (obj._a, *args), kwargs))  # on the device already: a copy kernel
+        _refuse_while_capturing("a copy from the host")
         return StrictArray(func(obj, *args, **kwargs))
 
     return call
+
+
+# -- CUDA graphs ---------------------------------------------------------------------------------
+# CuPy's stream capture (`Stream.begin_capture`) runs nothing: it writes down each kernel with
+# its arguments (array addresses, and numbers by value), and a launch runs that list again.
+# Here `_kernel` runs every operation at once (the capture's call can then be checked against
+# eager execution) and, while a graph is captured, also writes it down; `Graph.launch` runs
+# the list again on the same arrays.
+
+_captured: list | None = None  # the operations of the graph being captured, while one is
+
+
+_SIZED_BY_VALUES = {"nonzero", "flatnonzero", "argwhere", "unique", "compress", "extract"}
+_BLAS = {"matmul", "dot", "vdot", "inner", "tensordot", "einsum"}  # CuPy runs these with cuBLAS
+
+
+def _kernel(func, args: tuple, kwargs: dict) -> Any:
+    if _captured is not None:
+        name = getattr(func, "__name__", "")
+        if name in _SIZED_BY_VALUES or func is operator.getitem and any(
+                getattr(i, "dtype", None) == np.bool_ for i in _items(args[1])):
+            _refuse_while_capturing("a result whose size depends on values (CuPy reads the count on the host)")
+        if name in _BLAS:  # CuPy 14's words (cupy_backends/cuda/libs/cublas.pyx, setStream)
+            raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
+    result = func(*args, **kwargs)
+    if _captured is not None:
+        out = _wrap(result)
+        _captured.append((func, args, kwargs, out))
+        return out
+    return result
+
+
+def _items(index: Any) -> tuple:
+    return index if type(index) is tuple else (index,)
+
+
+def _refuse_while_capturing(what: str) -> None:
+    if _captured is not None:  # CuPy's words, as a capture on a GPU raises them
+        raise RuntimeError(f"the current stream is capturing, so {what} is disallowed "
+                           "(strict device: a CUDA graph could not be captured here)")
+
+
+class Graph:
+    """The operations written down while `fn` ran (`capture`); `launch` runs them again."""
+
+    def __init__(self, operations: list):
+        self.operations = operations
+
+    def launch(self) -> None:
+        for func, args, kwargs, out in self.operations:
+            try:
+                result = func(*args, **kwargs)
+            except IndexError:  # an id out of range: CuPy's kernels wrap it around, silently
+                if func is not operator.getitem:
+                    raise
+                result = func(args[0], _wrapped(args[0].shape, args[1]))
+            for target, new in zip(*((out, result) if type(out) is tuple else ((out,), (result,)))):
+                if isinstance(target, StrictArray) and not _same_memory(target._a, new):
+                    np.copyto(target._a, new)  # into the array the later operations read
+
+
+def _wrapped(shape: tuple, index: Any) -> Any:
+    """`index` with its integer arrays taken modulo their axis's size, as CuPy indexes."""
+    items = list(_items(index))
+    for k, item in enumerate(items):
+        if isinstance(item, np.ndarray) and item.dtype.kind in "iu":
+            items[k] = np.mod(item, shape[k])
+    return tuple(items) if type(index) is tuple else items[0]
+
+
+def _same_memory(a: np.ndarray, b: Any) -> bool:
+    """Whether `b` is `a` or a view of exactly its elements (a reshape or transpose made again)."""
+    b = np.asarray(b)
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.shape == b.shape and a.strides == b.strides)
+
+
+def capture(fn) -> tuple[Graph, Any]:
+    """Run `fn()` as a capture: its result, and the graph that makes it again at each launch."""
+    global _captured
+    if _captured is not None:
+        raise RuntimeError("a CUDA graph is already being captured")
+    _captured = []
+    try:
+        result = fn()
+        return Graph(_captured), result
+    finally:
+        _captured = None
 
 
 xp = _StrictModule(np)

@@ -65,3 +65,47 @@ def test_strict_refuses_a_numpy_scalar_as_tensor_data():
 
     with pytest.raises(TypeError, match="as the data of a strict tensor"):
         HostSum.apply(Tensor([1.0, 2.0], device="strict"))
+
+
+# -- the strict device's model of a CUDA graph ------------------------------------------------------
+
+def test_while_a_graph_is_captured_host_reads_and_value_sized_results_are_refused_as_cupy_refuses_them():
+    backend = tx.get_backend("strict")
+    a, mask = strict_array([1.0, -2.0, 3.0]), strict_array([1.0, 0.0, 1.0])
+    reads = {"float": lambda: float(a[0]), "get": lambda: a.get(), "bool": lambda: bool((a > 0).any()),
+             "to the device": lambda: backend.from_host(np.ones(2)),
+             "nonzero": lambda: backend.xp.flatnonzero(mask), "boolean index": lambda: a[a > 0]}
+    for name, read in reads.items():
+        with pytest.raises(RuntimeError, match="the current stream is capturing"):
+            backend.capture(read)
+    assert float(a[0]) == 1.0  # and once the capture is over, reading is allowed again
+
+
+def test_a_graph_launch_runs_the_captured_operations_again_with_the_numbers_of_the_capture():
+    backend = tx.get_backend("strict")
+    x, out, scale = strict_array([1.0, 2.0]), strict_array([0.0, 0.0]), [3.0]
+
+    def step():
+        out[...] = x * scale[0] + 1  # a number from the host: a graph keeps the one it was given
+        return out
+
+    graph, result = backend.capture(step)
+    assert result is out and out.get().tolist() == [4.0, 7.0]
+    x[...] = strict_array([10.0, 20.0])
+    scale[0] = 100.0
+    graph.launch()
+    assert out.get().tolist() == [31.0, 61.0]  # the new x, read from its array; the old scale
+
+
+def test_a_graph_launch_draws_fresh_random_numbers_as_cupys_generator_on_the_gpu_does():
+    backend = tx.get_backend("strict")
+    backend.seed(0)
+    eager = [backend.bernoulli_keep((64,), 0.5).get() for _ in range(2)]
+    backend.seed(0)
+    graph, mask = backend.capture(lambda: backend.bernoulli_keep((64,), 0.5))
+    launched = []
+    for _ in range(2):  # the capture drew nothing (a GPU's computes nothing): the launches draw
+        graph.launch()
+        launched.append(mask.get())
+    np.testing.assert_array_equal(launched[0], eager[0])
+    np.testing.assert_array_equal(launched[1], eager[1])

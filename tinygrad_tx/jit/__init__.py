@@ -146,7 +146,8 @@ while the function runs eagerly (`watch.py`: what it watches around ops: `.data`
 hooks, modules called, optimizers made);
 `program.py` holds its instructions (ops, backward walks, calls); `tape.py` is the record
 itself and its replay; `liveness.py` finds where a replay can give each array back;
-`codegen.py` writes a record as the Python function a replay runs.
+`codegen.py` writes a record as the Python function a replay runs; `graph.py` launches its
+forward and backward as one CUDA graph (`cuda_graph=True`).
 """
 from __future__ import annotations
 
@@ -163,23 +164,25 @@ from ..nn import Module
 from ..tensor import Tensor
 from .reach import ENGINE_WAYS, Reach, contents, describe_change, module_contents, same
 from .record import JitError, Recorder, check_same, record
+from .graph import GraphReplay
 from .tape import Tape
 
 __all__ = ["jit", "Jitted", "JitError", "Tape"]
 
-def jit(fn: Callable, max_traces: int = 8, verify: bool = False) -> "Jitted":
+def jit(fn: Callable, max_traces: int = 8, verify: bool = False, cuda_graph: bool = False) -> "Jitted":
     """Wrap `fn` (Tensors in; forward, backward, optimizer step inside) for record and replay;
-    `verify` records each signature twice and refuses `fn` if the two records differ."""
+    `verify` records each signature twice and refuses `fn` if the two records differ;
+    `cuda_graph` launches each replay's forward and backward as one CUDA graph (`graph.py`)."""
     if max_traces < 1:
         raise ValueError(f"jit: max_traces must be at least 1, not {max_traces}")
-    return Jitted(fn, max_traces, verify)
+    return Jitted(fn, max_traces, verify, cuda_graph)
 
 
 class Jitted:
     """`fn` with a record per input signature; call it as you would call `fn`."""
 
-    def __init__(self, fn: Callable, max_traces: int, verify: bool = False):
-        self.fn, self.max_traces, self.verify = fn, max_traces, verify
+    def __init__(self, fn: Callable, max_traces: int, verify: bool = False, cuda_graph: bool = False):
+        self.fn, self.max_traces, self.verify, self.cuda_graph = fn, max_traces, verify, cuda_graph
         self.tapes: OrderedDict[tuple, Tape] = OrderedDict()
         self.traces = self.replays = 0  # how often each path was taken (for tests and curiosity)
         self._modules: list[Module] | None = None  # every module in reach, found at the first call
@@ -223,7 +226,7 @@ class Jitted:
         if tape is not None and tape.confirmed and tape.still_valid():
             self.tapes.move_to_end(key)
             self.replays += 1
-            return tape.replay(tensors)
+            return self._replay_graph(tape, tensors) if self.cuda_graph else tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
         split, before = len(self._watched), contents(self.fn, self._watched)  # what the recording assumes
         tape, result = record(self.fn, args, kwargs, tensors)
@@ -246,6 +249,14 @@ class Jitted:
             self.tapes.popitem(last=False)  # the least recently used signature
         self.traces += 1
         return result
+
+    @staticmethod
+    def _replay_graph(tape: Tape, tensors: list) -> Any:
+        """`tape.replay`, with its forward and backward launched as one CUDA graph (`graph.py`)."""
+        if tape.graph is None:
+            tape.graph = GraphReplay(tape)
+        values, results, _ = tape.graph(tensors)
+        return tape._build(tape.output, values, results, tensors)
 
     def _note_own_change(self) -> None:
         """After a recording: warn once if the function changed what it reads from outside (a module's

@@ -99,11 +99,36 @@ def write_replay(tape, keep: bool) -> _Writer:
     (a backward outside the function still needs what it saved)."""
     w = _Writer(tape, "run", "tensors")
     w(f"V, F, R = [None] * {tape.n_slots}, [None] * {len(tape.ops)}, [None] * {tape.calls}")
-    for slot, number in tape.args:
-        w(f"V[{slot}] = tensors[{number}].data  # {tape.slot_names[slot]}")
-    for slot, t in tape.captured:
-        w(f"V[{slot}] = {w.name(t, tape.slot_names[slot].replace('.', '_'))}.data")
-    for step in tape.program:
+    _inputs(w)
+    _program(w, tape.program, keep)
+    w("return V, R, F")
+    return w
+
+
+def write_parts(tape, start: int, stop: int, hoisted: list[int]) -> tuple[_Writer, _Writer, _Writer]:
+    """The program as three functions of `(tensors, V, F, R)`, for a CUDA graph (`graph.py`):
+    `enter` (the inputs' arrays, the steps before `start` and the calls `hoisted` out of the
+    rest), `device` (the other steps from `start` to `stop`: ops and backwards, captured once
+    and launched as a graph) and `leave` (the steps from `stop` on, as in a replay)."""
+    program = tape.program
+    parts = [_Writer(tape, name, "tensors, V, F, R") for name in ("enter", "device", "leave")]
+    device = [step for i, step in enumerate(program[start:stop], start) if i not in hoisted]
+    _inputs(parts[0])
+    for w, steps in zip(parts, (program[:start] + [program[i] for i in hoisted], device, program[stop:])):
+        _program(w, steps, keep=False)
+        w("return V, R, F")
+    return parts
+
+
+def _inputs(w: _Writer) -> None:
+    for slot, number in w.tape.args:
+        w(f"V[{slot}] = tensors[{number}].data  # {w.tape.slot_names[slot]}")
+    for slot, t in w.tape.captured:
+        w(f"V[{slot}] = {w.name(t, w.tape.slot_names[slot].replace('.', '_'))}.data")
+
+
+def _program(w: _Writer, steps: list, keep: bool) -> None:
+    for step in steps:
         if type(step) is list:
             for op in step:
                 _forward(w, op, keep)
@@ -111,8 +136,6 @@ def write_replay(tape, keep: bool) -> _Writer:
             _backward(w, step)
         else:
             _call(w, step, keep)
-    w("return V, R, F")
-    return w
 
 
 def write_walk(tape) -> _Writer:

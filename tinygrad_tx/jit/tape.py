@@ -41,6 +41,7 @@ class Tape:
         self.modes: list[bool | None] = []
         self.confirmed = False  # replayed from now on (with verify: once recorded twice alike)
         self.functions: dict = {}  # the program compiled to Python, per kind (see `_compiled`)
+        self.graph = None  # the program's device part as a CUDA graph, with cuda_graph=True (`graph.py`)
 
     # -- replay ----------------------------------------------------------------------------
     def still_valid(self) -> bool:

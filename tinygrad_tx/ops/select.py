@@ -7,7 +7,8 @@ with plain assignment, which would keep only one.
 """
 from __future__ import annotations
 
-from typing import Any
+import traceback
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -101,14 +102,35 @@ def is_bool_array(item: Any) -> bool:
     return getattr(item, "dtype", None) == np.bool_ and getattr(item, "ndim", 0) > 0
 
 
+deferred_checks: list | None = None  # while a CUDA graph is captured (jit/graph.py): the checks to read after it
+
+
 def check_range(ids: Any, size: int, what: str, where: str = "size", negative: bool = False) -> None:
     """Every id in [0, size) (or [-size, size) with `negative`, as indexing allows), checked
-    here because CuPy would wrap a bad id around silently."""
+    here because CuPy would wrap a bad id around silently. While a CUDA graph is captured no
+    value can be read: the check is then part of the graph, read after each launch."""
     if ids.size == 0:
         return
     bad = (ids < (-size if negative else 0)) | (ids >= size)
+    if deferred_checks is not None:
+        deferred_checks.append(RangeCheck(bad, ids, size, what, where, traceback.extract_stack()))
+        return
     if bad.any():
-        raise IndexError(f"{what} {int(ids[bad].reshape(-1)[0])} is out of range for {where} {size}")
+        raise IndexError(RangeCheck(bad, ids, size, what, where).message())
+
+
+class RangeCheck(NamedTuple):
+    """One range check: `bad` marks the ids out of range; `stack`: where a deferred one was made."""
+
+    bad: Any
+    ids: Any
+    size: int
+    what: str
+    where: str
+    stack: Any = None
+
+    def message(self) -> str:
+        return f"{self.what} {int(self.ids[self.bad].reshape(-1)[0])} is out of range for {self.where} {self.size}"
 
 
 def as_array(value: Any, backend: Backend, what: str, kinds: str, error: type = TypeError) -> Any:

@@ -1,0 +1,152 @@
+"""`tx.jit(step, cuda_graph=True)` (jit/graph.py): a replay's forward and backward launched as one
+CUDA graph. On a GPU and on the strict device, which models a graph (a launch runs the captured
+operations again with the numbers of the capture), a graphed step must equal an eager step bit for
+bit: dropout masks drawn afresh, the optimizer's changing numbers used, ids checked. CuPy (14)
+captures no cuBLAS call, so a step with a matrix product is refused, saying so."""
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+import tinygrad_tx.functional as F
+from models import Transformer
+from tinygrad_tx import nn, optim, schedules
+from tinygrad_tx.jit import JitError
+
+from .test_replay import PAD, batches
+
+
+@pytest.fixture(params=["strict", "cuda"])
+def graph_device(request) -> str:
+    try:
+        tx.get_backend(request.param)
+    except tx.DeviceError as e:
+        pytest.skip(f"CuPy/GPU not available: {e}")
+    return request.param
+
+
+def elementwise_steps(device, mode, steps=6):
+    """Losses (kept as tensors until the end) and final parameters of a step with no matrix
+    product (CuPy captures no cuBLAS call): embedding, dropout, a scaled tanh, Adam, gradient
+    clipping and a warm-up schedule, with `zero_grad` between forward and backward."""
+    tx.manual_seed(0)
+    emb = nn.Embedding(13, 8).to(device)
+    scale = tx.Tensor(np.full(8, 0.5, np.float32), requires_grad=True, device=device)
+    params = [*emb.parameters(), scale]
+    opt = optim.Adam(params, lr=1e-2)
+    schedule = schedules.NoamSchedule(opt, d_model=8, warmup=3)
+
+    def step(ids):
+        loss = ((F.dropout(emb(ids), 0.2) * scale).tanh() ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm(params, 1.0)
+        opt.step()
+        schedule.step()
+        return loss
+
+    run = {"eager": step, "graph": tx.jit(step, cuda_graph=True)}[mode]
+    ids = [tx.Tensor(np.array([[1, 2, 3, 2], [5, 5, 1, PAD]]), device=device),
+           tx.Tensor(np.array([[4, 4, 4], [7, 1, 2]]), device=device)]
+    losses = [run(ids[i % 3 == 2]) for i in range(steps)]
+    return [loss.item() for loss in losses], [p.numpy() for p in params], run
+
+
+def test_a_graphed_step_equals_an_eager_step_bit_for_bit(graph_device):
+    eager_losses, eager_params, _ = elementwise_steps(graph_device, "eager", steps=9)
+    losses, params, run = elementwise_steps(graph_device, "graph", steps=9)
+    assert losses == eager_losses  # the losses kept: each call's own, not the graph's last
+    for a, b in zip(params, eager_params):
+        np.testing.assert_array_equal(a, b)
+    graphs = [tape.graph for tape in run.tapes.values()]
+    assert [(g.captures, g.graph_calls) for g in graphs] == [(1, 5), (1, 2)]  # each shape: recorded, captured once
+
+
+def test_a_step_with_a_matrix_product_is_refused_naming_cupys_limit_and_the_op(graph_device):
+    tx.manual_seed(0)
+    model = Transformer(13, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                        d_ff=32, dropout=0.2, max_len=16).to(graph_device)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+
+    def step(src, tgt_in, tgt_out):
+        loss = F.cross_entropy(model(src, tgt_in), tgt_out, ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    graphed = tx.jit(step, cuda_graph=True)
+    batch = [tx.Tensor(a, device=graph_device) for a in batches(np.random.default_rng(1), [(4, 7, 6)], 13)[0]]
+    graphed(*batch)  # recorded eagerly
+    before = [p.numpy() for p in model.parameters()]
+    with pytest.raises(JitError, match=r"CuPy does not capture cuBLAS calls.* \(at tinygrad_tx/ops/\w+\.py:\d+, .*@"):
+        graphed(*batch)
+    for p, b in zip(model.parameters(), before):  # a capture computes nothing, and the step stopped there
+        np.testing.assert_array_equal(p.numpy(), b)
+
+
+def embedding_step(device):
+    tx.manual_seed(0)
+    emb = nn.Embedding(5, 3).to(device)
+    opt = optim.SGD(emb.parameters(), lr=0.1)
+
+    def step(ids):
+        opt.zero_grad()
+        loss = (emb(ids) ** 2).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return emb, step
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_an_id_out_of_range_raises_after_the_launch_as_eager_does_and_leaves_the_parameters(graph_device, bad):
+    emb, step = embedding_step(graph_device)
+    graphed = tx.jit(step, cuda_graph=True)
+    good = tx.Tensor(np.array([1, 0, 4, 1]), device=graph_device)
+    for _ in range(3):
+        graphed(good)  # recorded, captured, launched
+    before = emb.weight.numpy()
+    ids = tx.Tensor(np.array([1, bad, 4, 1]), device=graph_device)
+    with pytest.raises(IndexError) as eager:
+        step(ids)
+    with pytest.raises(IndexError) as launched:
+        graphed(ids)
+    assert str(launched.value) == str(eager.value)  # "Embedding on inputs of shape ...: embedding: id 5 is out ..."
+    np.testing.assert_array_equal(emb.weight.numpy(), before)  # raised before the optimizer stepped
+    graphed(good)
+    assert graphed.tapes and next(iter(graphed.tapes.values())).graph.captures == 1
+
+
+def test_a_parameter_given_a_new_array_is_captured_anew(graph_device):
+    results = []
+    for mode in ("eager", "graph"):
+        emb, step = embedding_step(graph_device)
+        run = tx.jit(step, cuda_graph=True) if mode == "graph" else step
+        ids = tx.Tensor(np.array([1, 0, 4, 1]), device=graph_device)
+        losses = [run(ids).item() for _ in range(3)]
+        emb.load_state_dict({"weight": np.full((5, 3), 0.5, np.float32)})  # a new array: the graph read the old
+        losses += [run(ids).item() for _ in range(3)]
+        results.append(losses)
+    assert results[0] == results[1]
+    assert next(iter(run.tapes.values())).graph.captures == 2
+
+
+def test_a_step_that_adds_into_old_gradients_is_refused_with_the_fix():
+    emb = nn.Embedding(5, 3).to("strict")
+
+    def accumulate(ids):
+        (emb(ids) ** 2).sum().backward()  # no zero_grad: the second call adds into .grad
+
+    graphed, ids = tx.jit(accumulate, cuda_graph=True), tx.Tensor(np.array([1, 2]), device="strict")
+    graphed(ids)
+    with pytest.raises(JitError, match=r"already has a \.grad .* zero the gradients at the start of the step"):
+        graphed(ids)
+
+
+def test_on_numpy_a_cuda_graph_is_an_error_that_says_what_to_do():
+    emb, step = embedding_step("cpu")
+    graphed, ids = tx.jit(step, cuda_graph=True), tx.Tensor(np.array([1, 2]))
+    graphed(ids)  # recorded eagerly
+    with pytest.raises(JitError, match=r"needs the step on a CUDA device, not cpu: move the model"):
+        graphed(ids)
