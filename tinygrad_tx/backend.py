@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import host_kernels
+from . import blas, host_kernels
 from .observers import replayable
 from .scatter import cuda_segment_add, host_segment_add, scatter_add_in_order
 
@@ -180,7 +180,8 @@ class StrictBackend(Backend):
         graph's first draw is made by its first launch."""
         state = self.rng.bit_generator.state
         try:
-            return self._strict.capture(fn)
+            with blas.capturing(self._strict.wrap_function(self._strict.graph_matmul, "graph_matmul")):
+                return self._strict.capture(fn)
         finally:
             self.rng.bit_generator.state = state
 
@@ -188,6 +189,7 @@ class StrictBackend(Backend):
 class CupyBackend(Backend):
     def __init__(self, cupy: Any):
         super().__init__("cuda", cupy, cupy.ndarray)
+        self._cublas = None  # cuBLAS called directly, for CUDA graphs (`blas.py`)
         self._scatter_add = functools.partial(scatter_add_in_order, cupy, segment_add=cuda_segment_add(cupy))
         from cupyx.scipy.special import erf
 
@@ -205,9 +207,11 @@ class CupyBackend(Backend):
 
     def capture(self, fn):
         cupy = self.xp
+        if self._cublas is None:  # made once, outside any capture: a handle and its workspace
+            self._cublas = blas.DirectCublas(cupy)
         pool = cupy.cuda.MemoryPool()  # the graph's own: no array made later may take its memory
         stream = cupy.cuda.Stream(non_blocking=True)  # the legacy default stream cannot capture
-        with cupy.cuda.using_allocator(pool.malloc), stream:
+        with cupy.cuda.using_allocator(pool.malloc), stream, blas.capturing(self._cublas):
             stream.begin_capture()
             try:
                 result = fn()

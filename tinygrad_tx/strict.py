@@ -254,7 +254,7 @@ _BLAS = {"matmul", "dot", "vdot", "inner", "tensordot", "einsum"}  # CuPy runs t
 def _kernel(func, args: tuple, kwargs: dict) -> Any:
     if _captured is not None:
         name = getattr(func, "__name__", "")
-        if name in _SIZED_BY_VALUES or func is operator.getitem and any(
+        if name in _SIZED_BY_VALUES or func in (operator.getitem, operator.setitem) and any(
                 getattr(i, "dtype", None) == np.bool_ for i in _items(args[1])):
             _refuse_while_capturing("a result whose size depends on values (CuPy reads the count on the host)")
         if name in _BLAS:  # CuPy 14's words (cupy_backends/cuda/libs/cublas.pyx, setStream)
@@ -269,6 +269,11 @@ def _kernel(func, args: tuple, kwargs: dict) -> Any:
 
 def _items(index: Any) -> tuple:
     return index if type(index) is tuple else (index,)
+
+
+def graph_matmul(a: np.ndarray, b: np.ndarray, out: Any = None) -> np.ndarray:
+    """The matrix product a graph's capture uses (`blas.py`: cuBLAS called directly on a GPU)."""
+    return np.matmul(a, b, out=out)
 
 
 def _refuse_while_capturing(what: str) -> None:

@@ -74,10 +74,13 @@ def test_while_a_graph_is_captured_host_reads_and_value_sized_results_are_refuse
     a, mask = strict_array([1.0, -2.0, 3.0]), strict_array([1.0, 0.0, 1.0])
     reads = {"float": lambda: float(a[0]), "get": lambda: a.get(), "bool": lambda: bool((a > 0).any()),
              "to the device": lambda: backend.from_host(np.ones(2)),
-             "nonzero": lambda: backend.xp.flatnonzero(mask), "boolean index": lambda: a[a > 0]}
+             "nonzero": lambda: backend.xp.flatnonzero(mask), "boolean index": lambda: a[a > 0],
+             "boolean assignment": lambda: a.__setitem__(a > 0, 0.0)}
     for name, read in reads.items():
         with pytest.raises(RuntimeError, match="the current stream is capturing"):
             backend.capture(read)
+    with pytest.raises(NotImplementedError, match="cuBLAS"):  # CuPy's own matmul, where tinygrad_tx.blas is not used
+        backend.capture(lambda: a @ a)
     assert float(a[0]) == 1.0  # and once the capture is over, reading is allowed again
 
 

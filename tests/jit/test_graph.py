@@ -1,8 +1,7 @@
 """`tx.jit(step, cuda_graph=True)` (jit/graph.py): a replay's forward and backward launched as one
 CUDA graph. On a GPU and on the strict device, which models a graph (a launch runs the captured
 operations again with the numbers of the capture), a graphed step must equal an eager step bit for
-bit: dropout masks drawn afresh, the optimizer's changing numbers used, ids checked. CuPy (14)
-captures no cuBLAS call, so a step with a matrix product is refused, saying so."""
+bit: dropout masks drawn afresh, the optimizer's changing numbers used, ids checked."""
 import numpy as np
 import pytest
 
@@ -26,8 +25,8 @@ def graph_device(request) -> str:
 
 def elementwise_steps(device, mode, steps=6):
     """Losses (kept as tensors until the end) and final parameters of a step with no matrix
-    product (CuPy captures no cuBLAS call): embedding, dropout, a scaled tanh, Adam, gradient
-    clipping and a warm-up schedule, with `zero_grad` between forward and backward."""
+    product (so the same kernels as eager on a GPU too): embedding, dropout, a scaled tanh, Adam,
+    gradient clipping and a warm-up schedule, with `zero_grad` between forward and backward."""
     tx.manual_seed(0)
     emb = nn.Embedding(13, 8).to(device)
     scale = tx.Tensor(np.full(8, 0.5, np.float32), requires_grad=True, device=device)
@@ -61,27 +60,44 @@ def test_a_graphed_step_equals_an_eager_step_bit_for_bit(graph_device):
     assert [(g.captures, g.graph_calls) for g in graphs] == [(1, 5), (1, 2)]  # each shape: recorded, captured once
 
 
-def test_a_step_with_a_matrix_product_is_refused_naming_cupys_limit_and_the_op(graph_device):
+def transformer_steps(device, data, mode):
+    """Losses and final parameters of a Transformer's Adam steps, dropout 0.2, with clipping."""
     tx.manual_seed(0)
     model = Transformer(13, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                        d_ff=32, dropout=0.2, max_len=16).to(graph_device)
-    opt = optim.Adam(model.parameters(), lr=1e-2)
+                        d_ff=32, dropout=0.2, max_len=16).to(device)
+    params = model.parameters()
+    opt = optim.Adam(params, lr=1e-2)
 
     def step(src, tgt_in, tgt_out):
-        loss = F.cross_entropy(model(src, tgt_in), tgt_out, ignore_index=PAD)
+        loss = F.cross_entropy(model(src, tgt_in), tgt_out, ignore_index=PAD, label_smoothing=0.1)
         opt.zero_grad()
         loss.backward()
+        optim.clip_grad_norm(params, 1.0)
         opt.step()
         return loss
 
-    graphed = tx.jit(step, cuda_graph=True)
-    batch = [tx.Tensor(a, device=graph_device) for a in batches(np.random.default_rng(1), [(4, 7, 6)], 13)[0]]
-    graphed(*batch)  # recorded eagerly
-    before = [p.numpy() for p in model.parameters()]
-    with pytest.raises(JitError, match=r"CuPy does not capture cuBLAS calls.* \(at tinygrad_tx/ops/\w+\.py:\d+, .*@"):
-        graphed(*batch)
-    for p, b in zip(model.parameters(), before):  # a capture computes nothing, and the step stopped there
-        np.testing.assert_array_equal(p.numpy(), b)
+    run = {"eager": step, "graph": tx.jit(step, cuda_graph=True)}[mode]
+    losses = [run(*(tx.Tensor(a, device=device) for a in batch)) for batch in data]
+    return np.array([loss.item() for loss in losses]), [p.numpy() for p in params], run
+
+
+def test_a_transformers_graphed_steps_equal_eager_steps(graph_device):
+    """Its matrix products go to cuBLAS directly inside a graph (CuPy refuses to call it while a
+    stream captures, blas.py). On the strict device that is NumPy's product, so the steps are
+    equal bit for bit; on a GPU the direct call may pick another cuBLAS kernel than CuPy's, which
+    changes rounding: equal within float32 tolerance there."""
+    data = batches(np.random.default_rng(1), [(4, 7, 6), (4, 7, 6), (3, 5, 8)] * 4, 13)
+    eager_losses, eager_params, _ = transformer_steps(graph_device, data, "eager")
+    losses, params, run = transformer_steps(graph_device, data, "graph")
+    if graph_device == "strict":
+        np.testing.assert_array_equal(losses, eager_losses)
+        for a, b in zip(params, eager_params):
+            np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
+        for a, b in zip(params, eager_params):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert [tape.graph.captures for tape in run.tapes.values()] == [1, 1]
 
 
 def embedding_step(device):

@@ -10,6 +10,7 @@ Tensors (see `function.py`, "How to add an op").
 from __future__ import annotations
 
 from ..backward import sum_to
+from ..blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
 from ..function import Function
 from .kernels import column_sums
 
@@ -128,11 +129,11 @@ class MatMul(Function):
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, a, b):
-        return a @ b
+        return matmul(a, b)
 
     def backward(self, g, a, b):  # g: (..., n, m)
-        ga = sum_to(g @ b.swapaxes(-1, -2), a.shape) if self.needs_grad[0] else None  # (..., n, k)
-        gb = sum_to(a.swapaxes(-1, -2) @ g, b.shape) if self.needs_grad[1] else None  # (..., k, m)
+        ga = sum_to(matmul(g, b.swapaxes(-1, -2)), a.shape) if self.needs_grad[0] else None  # (..., n, k)
+        gb = sum_to(matmul(a.swapaxes(-1, -2), g), b.shape) if self.needs_grad[1] else None  # (..., k, m)
         return ga, gb
 
 
@@ -147,12 +148,12 @@ class Linear(Function):
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, w, b):
-        y = x @ w  # (N, out)
+        y = matmul(x, w)  # (N, out)
         y += b
         return y
 
     def backward(self, g, x, w, b):  # g: (N, out)
-        gx = g @ w.T if self.needs_grad[0] else None  # (N, in)
-        gw = x.T @ g if self.needs_grad[1] else None  # (in, out)
+        gx = matmul(g, w.T) if self.needs_grad[0] else None  # (N, in)
+        gw = matmul(x.T, g) if self.needs_grad[1] else None  # (in, out)
         gb = column_sums(self.xp, g) if self.needs_grad[2] else None  # (out,)
         return gx, gw, gb

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
 from ..function import Function
 from .nn import dropout_mask
 from .kernels import row_dots, row_max, row_sums
@@ -32,7 +33,7 @@ def attention_weights(xp, q, k, keep, scale):
     over the weights: shifted by 0 rather than its max (-inf - (-inf) is NaN) and divided by
     infinity rather than its sum 0.
     """
-    scores = q @ k.swapaxes(-1, -2)  # (..., Tq, Tk)
+    scores = matmul(q, k.swapaxes(-1, -2))  # (..., Tq, Tk)
     scores *= q.dtype.type(scale)
     if keep is not None:  # in place, 2-4× faster than `where`'s new array at S and M
         shape = np.broadcast_shapes(scores.shape, keep.shape)
@@ -40,11 +41,11 @@ def attention_weights(xp, q, k, keep, scale):
             scores = xp.broadcast_to(scores, shape).copy()
         xp.copyto(scores, -xp.inf, where=~keep)
     top = row_max(xp, scores)  # (..., Tq, 1)
-    top[top == -xp.inf] = 0  # a row with no finite score: its -inf stay -inf
+    xp.copyto(top, 0, where=top == -xp.inf)  # a row with no finite score: its -inf stay -inf
     scores -= top
     p = xp.exp(scores, out=scores)
     total = row_sums(xp, p)  # (..., Tq, 1): at least e⁰ = 1 on a row with a finite score
-    total[total == 0] = xp.inf  # on the others: 0 / inf = 0
+    xp.copyto(total, xp.inf, where=total == 0)  # on the others: 0 / inf = 0
     p /= total
     return p
 
@@ -65,10 +66,10 @@ def heads_apart(xp, a, b):
     that broadcast): a plain `a @ b`.
     """
     if a.ndim < 4 or a.shape[:-2] != b.shape[:-2]:
-        return a @ b
+        return matmul(a, b)
     *batch, h, t, _ = a.shape
     out = xp.empty((*batch, t, h, b.shape[-1]), dtype=a.dtype)  # (..., T, h, m)
-    return xp.matmul(a, b, out=out.swapaxes(-3, -2))  # (..., h, T, m), a view of out
+    return matmul(a, b, out=out.swapaxes(-3, -2), xp=xp)  # (..., h, T, m), a view of out
 
 
 def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
@@ -116,7 +117,7 @@ class Attention(Function):
         p, p_used = self.p, self.p_used
         xp = self.xp
         gv = heads_apart(xp, p_used.swapaxes(-1, -2), g) if self.needs_grad[2] else None  # (..., Tk, d_v)
-        gp = g @ v.swapaxes(-1, -2)  # (..., Tq, Tk)
+        gp = matmul(g, v.swapaxes(-1, -2))  # (..., Tq, Tk)
         if self.drop is not None:
             gp *= self.drop
         gs = gp  # softmax backward, in place: p (gp - Σ gp p); 0 where blocked
@@ -146,7 +147,7 @@ class AttentionWeights(Function):
         p = AttentionWeights.apply(q, k, mask=self.mask, causal=self.causal, scale=self.scale) \
             if self.creating_graph else self.p  # on Tensors: p as a node
         gs = softmax_grad(g, p) * self.scale  # (..., Tq, Tk)
-        return gs @ k, gs.swapaxes(-1, -2) @ q
+        return matmul(gs, k), matmul(gs.swapaxes(-1, -2), q)
 
 
 @lru_cache(maxsize=64)

@@ -85,7 +85,7 @@ class LayerNorm(Function):
         xp, D = self.xp, max(x.shape[-1], 1)  # an empty row's sums are 0: divided by 1, not 0/0
         x_hat = x - row_sums(xp, x) / D  # (..., D) centred, then scaled in place
         var = row_dots(xp, x_hat, x_hat) / D  # (..., 1)
-        var[var == xp.inf] = xp.nan  # overflowed: a NaN row, not a row times 1/√inf = 0
+        xp.copyto(var, xp.nan, where=var == xp.inf)  # overflowed: a NaN row, not a row times 1/√inf = 0
         self.rstd = 1 / xp.sqrt(var + eps)  # (..., 1)
         x_hat *= self.rstd  # (..., D)
         self.x_hat, self.eps = x_hat, eps

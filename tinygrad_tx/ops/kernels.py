@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from ..blas import capturing_now, matmul
+
 
 def as_rows(x):
     """`x` (..., n) as one (N, n) matrix, N written out: NumPy cannot infer a -1 when n is 0."""
@@ -25,7 +27,7 @@ def row_sums(xp, x):
     scores, 3× slower). (..., n) -> (..., 1)
     """
     rows = as_rows(x)  # (N, n)
-    return (rows @ xp.ones(x.shape[-1], dtype=x.dtype)).reshape(*x.shape[:-1], 1)
+    return matmul(rows, xp.ones(x.shape[-1], dtype=x.dtype)).reshape(*x.shape[:-1], 1)
 
 
 def column_sums(xp, x):
@@ -37,7 +39,7 @@ def column_sums(xp, x):
     rows = as_rows(x)  # (N, n)
     if not rows.shape[1]:  # no column to make the ones from, and nothing to add: (0,)
         return rows.sum(axis=0)
-    return xp.ones_like(rows[:, 0]) @ rows
+    return matmul(xp.ones_like(rows[:, 0]), rows)
 
 
 def row_dots(xp, a, b):
@@ -47,7 +49,7 @@ def row_dots(xp, a, b):
     here than `row_sums(a * b)` on rows of 32 to 8000. On shorter rows its per-row cost
     loses to the product and one BLAS call. (..., n) -> (..., 1)
     """
-    if a.shape[-1] < 32:
+    if a.shape[-1] < 32 or capturing_now():  # a CUDA graph cannot hold CuPy's einsum (cuBLAS)
         return row_sums(xp, a * b)
     return xp.einsum("...j,...j->...", a, b)[..., None]
 
@@ -55,7 +57,7 @@ def row_dots(xp, a, b):
 def column_dots(xp, a, b):
     """`(a * b)` summed over all but the last axis: a scale's gradient (LayerNorm's
     weight), chosen between einsum and BLAS as `row_dots` is. (..., n) -> (n,)"""
-    if a.shape[-1] < 32:
+    if a.shape[-1] < 32 or capturing_now():
         return column_sums(xp, a * b)
     return xp.einsum("ij,ij->j", as_rows(a), as_rows(b))
 
