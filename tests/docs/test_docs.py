@@ -37,6 +37,8 @@ from sybil import Sybil
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
+import tinygrad_tx as tx
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = re.compile(r"(?:<!--\s*shell:\s*(?P<how>run-instead|run|not-run)(?P<arg>.*?)-->\s*\n)?```bash\n(?P<body>.*?)```",
@@ -78,6 +80,7 @@ def sybil_for(page: Path) -> Sybil:
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_python_blocks_run_and_print_what_the_page_shows(page: Path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # files a snippet writes land here, not in the checkout
+    tx.manual_seed(0)  # as in a reader's fresh session, whichever tests ran before in this one
     document = sybil_for(page).parse(page)
     for example in document.examples():
         try:
