@@ -56,9 +56,9 @@ class DirectCublas:
     _GEMM = {np.dtype(np.float32): ("cublasSgemmStridedBatched", ctypes.c_float),
              np.dtype(np.float64): ("cublasDgemmStridedBatched", ctypes.c_double)}
 
-    def __init__(self, cupy: Any, workspace_bytes: int = 32 * 2 ** 20):
+    def __init__(self, cupy: Any, workspace_bytes: int = 32 * 2 ** 20, lib: Any = None):
         self.cupy = cupy
-        self.lib = ctypes.CDLL(_loaded_library("libcublas.so"))
+        self.lib = lib or ctypes.CDLL(_loaded_library("libcublas.so"))  # `lib`: a stand-in, for tests
         self.handle = ctypes.c_void_p()
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
         self.workspace = cupy.empty(workspace_bytes, dtype=np.uint8)  # so a capture allocates none
@@ -115,7 +115,7 @@ class DirectCublas:
         stream = self.cupy.cuda.get_current_stream().ptr
         if stream != self.stream:  # setting a stream resets the workspace: set it again after
             self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream)), "cublasSetStream")
-            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace.data.ptr),
+            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.address(self.workspace)),
                                                        ctypes.c_size_t(self.workspace.nbytes)), "cublasSetWorkspace")
             self.stream = stream
         name, scalar = self._GEMM[c.dtype]
@@ -123,10 +123,15 @@ class DirectCublas:
         self._check(getattr(self.lib, name)(
             self.handle, ctypes.c_int(int(trans_b)), ctypes.c_int(int(trans_a)),  # Cᵀ (n, m) = Bᵀ (n, k) · Aᵀ (k, m)
             ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(k), ctypes.byref(one),
-            ctypes.c_void_p(b.data.ptr), ctypes.c_int(ld_b), ctypes.c_longlong(stride_b),
-            ctypes.c_void_p(a.data.ptr), ctypes.c_int(ld_a), ctypes.c_longlong(stride_a),
-            ctypes.byref(zero), ctypes.c_void_p(c.data.ptr), ctypes.c_int(n), ctypes.c_longlong(m * n),
+            ctypes.c_void_p(self.address(b)), ctypes.c_int(ld_b), ctypes.c_longlong(stride_b),
+            ctypes.c_void_p(self.address(a)), ctypes.c_int(ld_a), ctypes.c_longlong(stride_a),
+            ctypes.byref(zero), ctypes.c_void_p(self.address(c)), ctypes.c_int(n), ctypes.c_longlong(m * n),
             ctypes.c_int(count)), name)
+
+    @staticmethod
+    def address(x: Any) -> int:
+        """Where `x`'s first element is in device memory."""
+        return x.data.ptr
 
     @staticmethod
     def _check(status: int, what: str) -> None:
