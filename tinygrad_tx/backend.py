@@ -150,6 +150,9 @@ class StrictBackend(Backend):
         self._scatter_add = functools.partial(scatter_add_in_order, strict.xp,
                                               segment_add=strict.wrap_function(host_segment_add, "segment_add"))
         self._erf = strict.wrap_function(host_kernels.erf, "erf")
+        # one "kernel" of the device, so that a graph's launch draws again (CuPy's generator
+        # keeps its state on the GPU, and its kernels advance it)
+        self._bernoulli_keep = strict.wrap_function(host_kernels.bernoulli_keep, "bernoulli_keep")
 
     def to_host(self, array):
         return array.get()
@@ -170,9 +173,7 @@ class StrictBackend(Backend):
         return self.xp.asarray(value)  # a 0-d strict array (a NumPy scalar would be refused above)
 
     def bernoulli_keep(self, shape, p):
-        # one "kernel" of the device, so that a graph's launch draws again (CuPy's generator
-        # keeps its state on the GPU, and its kernels advance it)
-        return self._strict.wrap_function(host_kernels.bernoulli_keep, "bernoulli_keep")(self.rng, shape, p)
+        return self._bernoulli_keep(self.rng, shape, p)
 
     def capture(self, fn):
         """The strict device's model of a CUDA graph (`tinygrad_tx.strict`). Its capture computes

@@ -7,11 +7,10 @@ import pytest
 
 import tinygrad_tx as tx
 import tinygrad_tx.functional as F
-from models import Transformer
 from tinygrad_tx import nn, optim, schedules
 from tinygrad_tx.jit import JitError
 
-from .test_replay import PAD, batches
+from .test_replay import PAD, batches, transformer_run
 
 
 @pytest.fixture(params=["strict", "cuda"])
@@ -60,35 +59,14 @@ def test_a_graphed_step_equals_an_eager_step_bit_for_bit(graph_device):
     assert [(g.captures, g.graph_calls) for g in graphs] == [(1, 5), (1, 2)]  # each shape: recorded, captured once
 
 
-def transformer_steps(device, data, mode):
-    """Losses and final parameters of a Transformer's Adam steps, dropout 0.2, with clipping."""
-    tx.manual_seed(0)
-    model = Transformer(13, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                        d_ff=32, dropout=0.2, max_len=16).to(device)
-    params = model.parameters()
-    opt = optim.Adam(params, lr=1e-2)
-
-    def step(src, tgt_in, tgt_out):
-        loss = F.cross_entropy(model(src, tgt_in), tgt_out, ignore_index=PAD, label_smoothing=0.1)
-        opt.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm(params, 1.0)
-        opt.step()
-        return loss
-
-    run = {"eager": step, "graph": tx.jit(step, cuda_graph=True)}[mode]
-    losses = [run(*(tx.Tensor(a, device=device) for a in batch)) for batch in data]
-    return np.array([loss.item() for loss in losses]), [p.numpy() for p in params], run
-
-
 def test_a_transformers_graphed_steps_equal_eager_steps(graph_device):
     """Its matrix products go to cuBLAS directly inside a graph (CuPy refuses to call it while a
     stream captures, blas.py). On the strict device that is NumPy's product, so the steps are
     equal bit for bit; on a GPU the direct call may pick another cuBLAS kernel than CuPy's, which
     changes rounding: equal within float32 tolerance there."""
     data = batches(np.random.default_rng(1), [(4, 7, 6), (4, 7, 6), (3, 5, 8)] * 4, 13)
-    eager_losses, eager_params, _ = transformer_steps(graph_device, data, "eager")
-    losses, params, run = transformer_steps(graph_device, data, "graph")
+    eager_losses, eager_params, _ = transformer_run(graph_device, data, use_jit=False)
+    losses, params, run = transformer_run(graph_device, data, use_jit=True, cuda_graph=True)
     if graph_device == "strict":
         np.testing.assert_array_equal(losses, eager_losses)
         for a, b in zip(params, eager_params):

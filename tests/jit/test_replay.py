@@ -34,7 +34,7 @@ def batches(rng, shapes, vocab):
     return out
 
 
-def transformer_run(device, data, use_jit):
+def transformer_run(device, data, use_jit, cuda_graph=False):
     """Losses and final parameters of Adam steps on `data`, from seed 0, with dropout."""
     tx.manual_seed(0)
     model = Transformer(13, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
@@ -50,7 +50,7 @@ def transformer_run(device, data, use_jit):
         opt.step()
         return loss
 
-    run = tx.jit(step) if use_jit else step
+    run = tx.jit(step, cuda_graph=cuda_graph) if use_jit else step
     losses = [run(*(tx.Tensor(a, device=device) for a in batch)).item() for batch in data]
     return losses, [p.numpy() for p in params], run
 
