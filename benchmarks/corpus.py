@@ -3,11 +3,15 @@
     python benchmarks/corpus.py CORPUS [--time 10m] [--clock cpu] [--rows before,time,...] [--seeds 2]
                                        [--write-docs]
 
+--write-docs writes docs/results/corpus.md, or, for some of the rows only (--rows rdrop,tied),
+docs/results/corpus-rdrop-tied.md, so that a later experiment does not replace the whole table.
+
 Each row trains the corpus (the file is yours: it is not in the repository) in fresh
 processes, as `python -m models train --data CORPUS` does: "before" as issue 34 found it
 (4,000 steps of one process), then with a --time budget on one process (what `train` does
 on a busy machine), with subword sampling, with sampling and the low-resource settings
-(more dropout, fewer pieces), and the defaults as `train` runs them on an idle 2-core
+(more dropout, fewer pieces), the defaults on 2 processes with R-Drop or with the output
+layer tied to the target embedding, and the defaults as `train` runs them on an idle 2-core
 machine (2 processes), with two seeds to show how much a figure moves by chance. Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
@@ -42,6 +46,8 @@ ROWS = {
     "sampling": ("--time, subword sampling 0.1", {"subword_sampling": 0.1}, 1),
     "low-resource": ("--time, subword sampling 0.1, dropout 0.3, 1,200 pieces",
                      {"subword_sampling": 0.1, "dropout": 0.3, "vocab_size": 1200}, 1),
+    "rdrop": ("--time, 2 processes, R-Drop (--rdrop 5)", {"rdrop": 5.0}, 2),
+    "tied": ("--time, 2 processes, output tied to the target embedding (--tie-output)", {"tie_output": True}, 2),
     "defaults": ("the defaults on an idle 2-core machine: --time, 2 processes", {}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
@@ -176,6 +182,14 @@ def main() -> None:
             print("| test | " + " | ".join(f"{t:.1f}" for _, _, t in points) + " |")
 
 
+def table_name() -> str:
+    """docs/results/<this>.md: "corpus" for every row, else named after the rows run."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--rows", default=",".join(ROWS))
+    rows = peek.parse_known_args()[0].rows.split(",")
+    return "corpus" if set(rows) == set(ROWS) else "-".join(["corpus", *rows])
+
+
 if __name__ == "__main__":
-    with written_to_docs("corpus", markdown=True):
+    with written_to_docs(table_name(), markdown=True):
         main()

@@ -213,7 +213,8 @@ def run_train(args: argparse.Namespace) -> None:
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters, {length}")
     began = time.perf_counter()
-    with progress(settings.steps, trainer.step, enabled=trainer.main) as bar:
+    # before a --time run has chosen its steps, the bar knows no total (--steps is only a bound)
+    with progress(settings.steps if trainer.planned else None, trainer.step, enabled=trainer.main) as bar:
         outcome = trainer.train(bar)
     if outcome == "interrupted":
         say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with "

@@ -11,8 +11,9 @@ import sys
 import time
 
 
-def progress(total: int, initial: int, enabled: bool):
-    """A context manager with tqdm's `update`, `set_postfix` and `write`, as suits standard error."""
+def progress(total: int | None, initial: int, enabled: bool):
+    """A context manager with tqdm's `update`, `set_postfix` and `write`, as suits standard error.
+    `total` None: not known yet (a --time run before it has timed itself), so no time to go."""
     if enabled and sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -21,7 +22,8 @@ def progress(total: int, initial: int, enabled: bool):
 
 
 class LogLines:
-    """`step 300/3000 (10%): loss 2.181, lr 1.5e-03, tok_s 23169; 0:12 so far, about 1:48 to go`."""
+    """`step 300/3000 (10%): loss 2.181, lr 1.5e-03, tok_s 23169; 0:12 so far, about 1:48 to go`,
+    or `step 300: ...; 0:12 so far` while the total is not known."""
 
     EVERY_S = 60.0
 
@@ -33,13 +35,13 @@ class LogLines:
         self.started = self.last = time.perf_counter()
 
     @property
-    def total(self) -> int:
+    def total(self) -> int | None:
         return self._total
 
     @total.setter
-    def total(self, steps: int) -> None:
-        """The steps to go, set again when a --time run has chosen them (as tqdm's `total`)."""
-        self._total, self.every = steps, max(1, steps // 10)
+    def total(self, steps: int | None) -> None:
+        """The steps to go, set when a --time run has chosen them (as tqdm's `total`)."""
+        self._total, self.every = steps, max(1, steps // 10) if steps else None
 
     def refresh(self) -> None:
         """tqdm redraws its bar here; a log line waits for the next step."""
@@ -61,18 +63,21 @@ class LogLines:
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.perf_counter()
-        if self.enabled and (self.n % self.every == 0 or self.n == self.total or now - self.last >= self.EVERY_S):
+        tenth = self.every is not None and (self.n % self.every == 0 or self.n == self.total)
+        if self.enabled and (tenth or now - self.last >= self.EVERY_S):
             self.last = now
             print(self.line(now - self.started), file=sys.stderr, flush=True)
 
     def line(self, elapsed: float) -> str:
-        done = self.n - self.initial
-        left = elapsed / done * (self.total - self.n) if done else 0.0
         values = ", ".join(f"{name} {value}" for name, value in self.postfix.items())
         if values and self.postfix_at != self.n:  # logged every --log-every steps: say when
             values += f" (at step {self.postfix_at})"
-        return (f"step {self.n}/{self.total} ({100 * self.n / self.total:.0f}%)" + (f": {values}" if values else "")
-                + f"; {clock(elapsed)} so far, about {clock(left)} to go")
+        where = f"step {self.n}" + (f"/{self.total} ({100 * self.n / self.total:.0f}%)" if self.total else "")
+        line = where + (f": {values}" if values else "") + f"; {clock(elapsed)} so far"
+        if not self.total:
+            return line
+        done = self.n - self.initial
+        return line + f", about {clock(elapsed / done * (self.total - self.n) if done else 0.0)} to go"
 
 
 def clock(seconds: float) -> str:

@@ -61,6 +61,8 @@ class TrainSettings:
                              fixed=True, corpus=True)
     shared_vocab: bool = option(False, "one tokenizer and vocabulary for both sides, output tied to the embeddings",
                                 fixed=True, corpus=True)
+    tie_output: bool = option(False, "the output layer reads the target embedding (as --shared-vocab does): "
+                                     "fewer parameters", fixed=True, corpus=True)
     subword_sampling: float = option(0.0, "cut the training pairs into subwords anew each epoch: BPE-dropout's "
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
                                      Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
@@ -80,6 +82,8 @@ class TrainSettings:
                        Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
     warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", NOT_NEGATIVE)
     label_smoothing: float = option(0.1, "label smoothing of the loss", Rule(lambda v: 0 <= v <= 1, "in [0, 1]"))
+    rdrop: float = option(0.0, "R-Drop: each pair twice a step, this weight on the two predictions' KL divergence",
+                          Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"))
     seed: int = option(0, "seeds the split, the weights, the batch order and dropout", NOT_NEGATIVE, fixed=True)
     n_train: int = option(20000, "training pairs a task draws", WHOLE, fixed=True)
     n_held_out: int = option(500, "validation pairs a task draws, and as many test pairs", WHOLE, fixed=True)
@@ -129,7 +133,8 @@ def corpus_defaults(n_pairs: int) -> dict:
     has the measurements behind these choices: 2 layers and more steps beat 3 layers,
     batches of 96 beat 64, lr 2e-3 beat 1e-3 and 3e-3, dropout 0.1 beat 0, 0.05, 0.2 and
     0.3, a 128-wide model matched a 256-wide one in the same time; fewer pieces, a shared
-    vocabulary, subword sampling and checkpoint averaging did not pay).
+    vocabulary, subword sampling, checkpoint averaging and R-Drop did not pay, and a tied
+    output layer was within the noise).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),

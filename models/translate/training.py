@@ -70,7 +70,7 @@ class Trainer:
         self.data = together(prepare, settings, self.dir)
         config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab),
                       **settings.model_options(), max_len=2 * self.data.longest + 16, pad_id=PAD_ID,
-                      tie_embeddings=settings.shared_vocab)
+                      tie_embeddings=settings.shared_vocab or settings.tie_output)
         self.last = together(self._read_last, config) if settings.resume else None
         check_data_agree(self.data, self.last)
         tx.manual_seed(settings.seed)
@@ -152,7 +152,7 @@ class Trainer:
 
     def _loop(self, progress, stop: list) -> str:
         self.model.train()
-        step = train_step(self.model, self.optimizer, self.s.label_smoothing, self.s.jit)
+        step = train_step(self.model, self.optimizer, self.s.label_smoothing, self.s.jit, self.s.rdrop)
         device = tx.get_backend(self.s.device)
         tokens, started = 0, time.perf_counter()
         for src, tgt_in, tgt_out in self.batches():
@@ -177,8 +177,9 @@ class Trainer:
                 return "out of time"
             # dropout masks depend on (seed, step) only, and differ between ranks
             device.seed((self.s.seed * 1_000_003 + self.step) * dist.world_size() + dist.rank())
-            batch = (tx.Tensor(ids, device=self.s.device) for ids in (src, tgt_in, tgt_out))
-            loss = step(*batch, tx.Tensor(np.float32(n_tokens), device=self.s.device))
+            copies = 2 if self.s.rdrop else 1  # R-Drop: each pair twice, under two dropout masks
+            batch = (tx.Tensor(np.concatenate([ids] * copies), device=self.s.device) for ids in (src, tgt_in, tgt_out))
+            loss = step(*batch, tx.Tensor(np.float32(n_tokens * copies), device=self.s.device))
             self.schedule.step()
             self.step += 1
             self.timing.stepped(self.step)
@@ -316,14 +317,18 @@ class Trainer:
             keep_metrics_until(self.dir, self.step)
 
 
-def train_step(model: dist.DataParallel, optimizer: optim.Optimizer, label_smoothing: float, jit: bool):
+def train_step(model: dist.DataParallel, optimizer: optim.Optimizer, label_smoothing: float, jit: bool,
+               rdrop: float = 0.0):
     """One step as a function of the batch's id Tensors and its real-token count (a Tensor, so
-    that it is data, not part of the jit's signature), returning the loss: jitted unless --no-jit."""
+    that it is data, not part of the jit's signature), returning the loss: jitted unless --no-jit.
+    With `rdrop` the batch holds every pair twice and the loss adds R-Drop's term."""
     params = model.parameters()
 
     def step(src: tx.Tensor, tgt_in: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor) -> tx.Tensor:
         logits = model(src, tgt_in)  # (B, T, V)
         loss = token_mean(logits, tgt_out, n_tokens, label_smoothing)
+        if rdrop:
+            loss = loss + rdrop * rdrop_term(logits, tgt_out, n_tokens)
         optimizer.zero_grad()
         loss.backward()  # DataParallel averages the gradients over the ranks here
         optim.clip_grad_norm(params, 1.0)
@@ -331,6 +336,19 @@ def train_step(model: dist.DataParallel, optimizer: optim.Optimizer, label_smoot
         return loss
 
     return tx.jit(step, max_traces=JIT_SHAPES) if jit else step
+
+
+def rdrop_term(logits: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor) -> tx.Tensor:
+    """R-Drop (Liang et al. 2021): the batch holds each pair twice, under two dropout masks, and
+    this term pulls the two predictions together: (KL(p1||p2) + KL(p2||p1)) / 2, which is
+    sum (p1 - p2)(log p1 - log p2) / 2 over the vocabulary, per real token of the doubled batch
+    (as fairseq's R-Drop normalises it)."""
+    half = logits.shape[0] // 2
+    logp = logits.log_softmax(-1)  # (2B, T, V)
+    logp1, logp2 = logp[:half], logp[half:]  # (B, T, V) each
+    both_kl = ((logp1.exp() - logp2.exp()) * (logp1 - logp2)).sum(-1)  # (B, T)
+    real = (tgt_out[:half] != PAD_ID).astype(logits.dtype)  # (B, T)
+    return (both_kl * real).sum() / (2 * n_tokens / dist.world_size())
 
 
 def token_mean(logits: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor, label_smoothing: float) -> tx.Tensor:

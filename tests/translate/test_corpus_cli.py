@@ -114,6 +114,19 @@ def test_shared_vocabulary_ties_the_embeddings(tmp_path):
     assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
 
 
+def test_tie_output_reads_the_target_embedding(tmp_path):
+    """--tie-output: no output layer of its own, the logits are the target embedding's dot products
+    with the decoder's states; the vocabularies stay apart."""
+    data = write_anki(tmp_path / "fra.txt", n_sources=60)
+    out = tmp_path / "run"
+    result = run_cli("train", "--data", str(data), "--out", str(out), "--tie-output", "--vocab-size", "150", *TINY)
+    assert result.returncode == 0, result.stderr
+    model = open_run(out).model
+    assert model.config.tie_embeddings and model.out is None
+    assert not json.loads((out / "run.json").read_text())["settings"]["shared_vocab"]
+    assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
+
+
 def test_length_filter_is_counted(tmp_path):
     data = write_anki(tmp_path / "fra.txt", n_sources=60)
     result = run_cli("train", "--data", str(data), "--out", str(tmp_path / "run"), "--tokenizer", "word",
