@@ -62,7 +62,7 @@ class TrainSettings:
     shared_vocab: bool = option(False, "one tokenizer and vocabulary for both sides, output tied to the embeddings",
                                 fixed=True, corpus=True)
     tie_output: bool = option(False, "the output layer reads the target embedding (as --shared-vocab does): "
-                                     "fewer parameters", fixed=True, corpus=True)
+                                     "fewer parameters", fixed=True)
     subword_sampling: float = option(0.0, "cut the training pairs into subwords anew each epoch: BPE-dropout's "
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
                                      Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
