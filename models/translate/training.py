@@ -177,9 +177,11 @@ class Trainer:
                 return "out of time"
             # dropout masks depend on (seed, step) only, and differ between ranks
             device.seed((self.s.seed * 1_000_003 + self.step) * dist.world_size() + dist.rank())
-            copies = 2 if self.s.rdrop else 1  # R-Drop: each pair twice, under two dropout masks
-            batch = (tx.Tensor(np.concatenate([ids] * copies), device=self.s.device) for ids in (src, tgt_in, tgt_out))
-            loss = step(*batch, tx.Tensor(np.float32(n_tokens * copies), device=self.s.device))
+            if self.s.rdrop:  # R-Drop: each pair twice, under two dropout masks
+                src, tgt_in, tgt_out = (np.concatenate([ids, ids]) for ids in (src, tgt_in, tgt_out))
+            batch = (tx.Tensor(ids, device=self.s.device) for ids in (src, tgt_in, tgt_out))
+            real = n_tokens * (2 if self.s.rdrop else 1)  # of the batch as the step sees it
+            loss = step(*batch, tx.Tensor(np.float32(real), device=self.s.device))
             self.schedule.step()
             self.step += 1
             self.timing.stepped(self.step)
