@@ -4,8 +4,9 @@
 Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
 print one line saying what is wrong and exit with status 2; nothing is overwritten.
 
-`mpiexec -n N python -m models train ...` trains data-parallel on N processes
-(see models/translate/training.py); only rank 0 prints.
+`mpiexec -n N python -m models train ...` trains data-parallel on N processes, or with
+`--members N` an ensemble of N models, one a process (see models/translate/training.py);
+only rank 0 prints.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from .settings import TrainSettings, add_arguments, corpus_defaults, settings_fo
 from .tasks import TASKS, probe_pairs
 from ..text.tokenization import KINDS
 from .budget import process_started
-from .launch import INSTALL_HINT, STARTED, auto_processes, can_launch, launch
+from .launch import INSTALL_HINT, STARTED, auto_members, auto_processes, can_launch, launch
 from .training import Trainer
 from .tuning import keep_decoding
 
@@ -93,8 +94,8 @@ def parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
     add_arguments(train)
     train.add_argument("--processes", type=positive, default=None, metavar="N",
-                       help="train data-parallel on N processes, started through mpiexec (default: one per idle "
-                            "core for a --data corpus, one for a task)")
+                       help="train one model data-parallel on N processes, started through mpiexec (default: one; "
+                            "a --data corpus's idle cores train the models of --members instead)")
     train.set_defaults(run=run_train)
 
     evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")
@@ -193,7 +194,11 @@ def run_train(args: argparse.Namespace) -> None:
     started = float(os.environ[STARTED]) if STARTED in os.environ else process_started()
     given = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
     settings = together(settings_for, given)  # under mpiexec: a bad argument is printed once
-    processes = train_processes(args.processes, settings)
+    if "members" not in given and not settings.resume and args.processes is None:
+        settings.members = processes = choose_members(settings)
+        args.argv = [*args.argv, "--members", str(settings.members)]  # what every process it starts trains
+    else:
+        processes = train_processes(args.processes, settings)
     if processes > 1:
         sys.exit(launch(processes, args.argv, started))
     trainer = Trainer(settings, started)
@@ -206,12 +211,14 @@ def run_train(args: argparse.Namespace) -> None:
         say(f"left out {data.dropped} pairs longer than --max-len {settings.max_len} tokens")
     say(where_and_how(trainer))
     kinds = " -> ".join(t.kind for t in data.tokenizers)
+    models = f"{settings.members} models of " if settings.members > 1 else ""
     passes = epochs(settings.steps * settings.batch_size / max(1, len(data.train_pairs)))
     length = (f"as many steps of {settings.batch_size} as fit in --time {settings.time} (at most {settings.steps}, "
               f"{passes}), chosen once it has timed itself" if not trainer.planned
               else f"{settings.steps} steps of {settings.batch_size} ({passes})")
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
-        f" and {len(data.tgt_vocab)}), {sum(p.size for p in trainer.model.parameters()):,} parameters, {length}")
+        f" and {len(data.tgt_vocab)}), {models}{sum(p.size for p in trainer.model.parameters()):,} parameters"
+        f"{' each' * (settings.members > 1)}, {length}")
     began = time.perf_counter()
     # before a --time run has chosen its steps, the bar knows no total (--steps is only a bound)
     with progress(settings.steps if trainer.planned else None, trainer.step, enabled=trainer.main) as bar:
@@ -230,12 +237,36 @@ def run_train(args: argparse.Namespace) -> None:
         report(open_run(trainer.dir, settings.device), (chosen["beam"], chosen["length_penalty"]), as_json=False)
 
 
+def choose_members(settings: TrainSettings) -> int:
+    """The models a new run trains when --members is not given: for a corpus, one per idle core
+    (`launch.auto_members`), where mpiexec can start them; for a task, one."""
+    if dist.launched_by_mpi():
+        return 1  # an mpiexec job started by hand trains one model on its ranks, unless told --members
+    wanted = auto_members(settings.data is not None, settings.d_model)
+    reason = can_launch() if wanted > 1 else None
+    if reason:
+        print(f"note: {wanted} cores are idle, but {reason}, so training uses one: {INSTALL_HINT}")
+        return 1
+    if wanted > 1:
+        print(f"{wanted} cores are idle: training {wanted} models side by side, one process each, to translate "
+              f"with their ensemble (--members 1 for one model)")
+    return wanted
+
+
 def train_processes(requested: int | None, settings: TrainSettings) -> int:
     """How many processes `train` should start itself (launch.py): 1 when it is one of an
-    mpiexec job already, `requested` if given, else, for a corpus model wide enough to gain,
-    one per idle core (`launch.auto_processes`)."""
+    mpiexec job already; one per model of an ensemble (--members); `requested` if given, else,
+    for a corpus model wide enough to gain, one per idle core (`launch.auto_processes`)."""
     if dist.launched_by_mpi():
         return 1
+    if settings.members > 1:
+        if requested is not None and requested != settings.members:
+            raise ValueError(f"--processes {requested} with --members {settings.members}: each model of an ensemble "
+                             f"trains on one process of its own; leave --processes out")
+        reason = can_launch()
+        if reason:
+            raise ValueError(f"--members {settings.members}: {reason}: {INSTALL_HINT}")
+        return settings.members
     if requested is not None:
         reason = can_launch() if requested > 1 else None
         if reason:
@@ -277,7 +308,7 @@ def where_and_how(trainer: Trainer) -> str:
     threads = tx.get_num_threads()
     run = f"resuming {trainer.dir} at step {trainer.step}" if s.resume else f"new run {trainer.dir}"
     return (f"{run}: device {device}, {threads} BLAS thread{'s' * (threads > 1)}"
-            f"{' each' if n > 1 else ''}, {n} process{'es' * (n > 1)}")
+            f"{' each' if n > 1 else ''}, {n} process{'es' * (n > 1)}{', a model each' * trainer.ensemble}")
 
 
 def epochs(n: float) -> str:

@@ -12,6 +12,9 @@
       metrics.jsonl   one JSON line per logged step
       curves.png      loss and validation accuracy (with matplotlib installed)
       train.lock      held (flock) by the one `train` writing here; empty
+      members/1/      an ensemble's (train --members N) second model: its last.npz, best.npz,
+                      metrics.jsonl and curves.png; members/2/ the third, ... (the first is the
+                      run directory's own)
 
 No RNG state is saved: dropout's generator is reseeded from the seed and the step (training.py).
 
@@ -36,6 +39,7 @@ from tinygrad_tx.serialization import LoadError, write_atomically
 from .corpus import Sources, group_references, read_tsv
 from .evaluation import BEAM, LENGTH_PENALTY
 from ..text.data import Pair, Vocab
+from ..ensemble import Ensemble
 from ..text.tokenization import KINDS, Tokenizer
 from ..transformer import Transformer
 
@@ -43,8 +47,16 @@ RUN_FORMAT = "tinygrad_tx.run"
 """Written into run.json: what marks a directory as a run directory `train` may write into again."""
 LOCK = "train.lock"
 SNAPSHOTS = "snapshots"  # train --snapshots: the weights of each validation, step_N.npz
+MEMBERS = "members"  # train --members N: the checkpoints of the ensemble's models after the first
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS})
+                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS,
+                       MEMBERS})
+
+
+def member_directory(directory: Path, member: int) -> Path:
+    """Where model `member` of a run's ensemble keeps its checkpoints and metrics: the run directory
+    itself for the first (0), so a one-model run is laid out as it always was; members/K for the others."""
+    return directory if member == 0 else directory / MEMBERS / str(member)
 
 
 
@@ -288,14 +300,19 @@ def keep_metrics_until(directory: Path, step: int) -> None:
 
 @dataclass
 class Run:
-    """A loaded run: its settings, vocabularies, model and tokenizers."""
+    """A loaded run: its settings, vocabularies, models (one, or an ensemble's) and tokenizers."""
 
     directory: Path
     settings: dict
     src_vocab: Vocab
     tgt_vocab: Vocab
-    model: Transformer
+    models: list[Transformer]
     tokenizers: tuple[Tokenizer, Tokenizer]
+
+    @property
+    def model(self) -> Transformer | Ensemble:
+        """What translates: the run's model, or the ensemble of its models (`train --members`)."""
+        return self.models[0] if len(self.models) == 1 else Ensemble(self.models)
 
     def decoding(self) -> tuple[int, float]:
         return chosen_decoding(self.directory, self.settings)
@@ -363,8 +380,18 @@ def open_run(directory: str | Path, device: str = "cpu", which: str = "best") ->
                        else f"{directory} is a file, not a run directory")
     run = read_run_json(directory)
     src_vocab, tgt_vocab = read_vocabs(directory, run)
-    path = directory / f"{which}.npz"
-    model = load_model(path)
-    check_vocabularies(directory, (model.config.src_vocab, model.config.tgt_vocab), src_vocab, tgt_vocab)
-    model.to(device).eval()
-    return Run(directory, run, src_vocab, tgt_vocab, model, read_tokenizers(directory, run))
+    models = []
+    for member in range(members(directory, run)):
+        path = member_directory(directory, member) / f"{which}.npz"
+        model = load_model(path)
+        check_vocabularies(directory, (model.config.src_vocab, model.config.tgt_vocab), src_vocab, tgt_vocab)
+        models.append(model.to(device).eval())
+    return Run(directory, run, src_vocab, tgt_vocab, models, read_tokenizers(directory, run))
+
+
+def members(directory: Path, run: dict) -> int:
+    """How many models the run trains (its --members; 1 for a run from before ensembles)."""
+    n = run["settings"].get("members", 1)
+    if not (isinstance(n, int) and n >= 1):
+        raise RunError(f"{directory / 'run.json'} is damaged: its members is not a whole number >= 1: {n!r}")
+    return n

@@ -66,6 +66,10 @@ class TrainSettings:
     subword_sampling: float = option(0.0, "cut the training pairs into subwords anew each epoch: BPE-dropout's "
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
                                      Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
+    members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
+                             "the same data), and translate with their ensemble: the mean of their probabilities (a --data "
+                             "corpus: one per idle core, at most 4)",
+                          WHOLE, fixed=True, metavar="N")
     out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
     steps: int = option(3000, "optimizer steps (with --time: at most)", WHOLE)
     time: str | None = option(None, "train for at most this long (90s, 10m, 1h30m: the whole command, report "

@@ -1,0 +1,141 @@
+"""`train --members N`: N models side by side, one process each, and their ensemble decodes.
+
+Each model trains alone on whole batches (no gradient is averaged between the processes):
+without dropout the first model ends exactly where a one-model run ends; the others start from
+other weights; an interrupted ensemble resumes to where an uninterrupted one ends; `evaluate`
+and the run's chosen decoding use every model."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinygrad_tx as tx
+from models.ensemble import Ensemble
+from models.translate import cli, launch
+from models.translate.budget import FINAL_SHARE, Budget
+from models.translate.run import RunError, open_run
+from models.translate.settings import settings_for
+
+from ..distributed.helpers import MPIEXEC, REPO, mpiexec, needs_mpi
+from .test_cli import run_cli
+from .test_corpus_cli import write_anki
+from .test_ranks import TINY, assert_same_weights, train
+
+
+def weights(path):
+    return tx.load(path)["weights"]
+
+
+@needs_mpi
+def test_an_ensemble_trains_its_models_apart_and_resumes_each(tmp_path):
+    one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
+    train(1, "--steps", "6", "--dropout", "0", "--out", str(one))
+    train(2, "--steps", "6", "--dropout", "0", "--members", "2", "--out", str(two))
+    assert_same_weights(one, two)  # the first model: whole batches, its own gradients only
+    first, second = weights(two / "last.npz"), weights(two / "members" / "1" / "last.npz")
+    assert first.keys() == second.keys()
+    assert all(not np.allclose(first[k], second[k]) for k in first if k.endswith("weight"))
+
+    run = open_run(two)
+    assert len(run.models) == 2 and isinstance(run.model, Ensemble)
+    np.testing.assert_array_equal(run.models[1].state_dict()["out.weight"],
+                                  weights(two / "members" / "1" / "best.npz")["out.weight"])
+    metrics = [json.loads(line) for line in (two / "members" / "1" / "metrics.jsonl").read_text().splitlines()]
+    assert any("valid_exact_match" in r for r in metrics)  # the second model validated itself
+
+
+@needs_mpi
+def test_an_interrupted_ensemble_resumes_each_model_to_where_an_uninterrupted_one_ends(tmp_path):
+    """Ctrl-C mid-run (both processes stop at one step and save), then `train --resume`, which
+    starts the two processes itself: both models end with the very weights of a run never stopped."""
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    extra = ["--steps", "600", "--members", "2"]
+    train(2, *extra, "--out", str(straight))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    process = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "models", "train", *TINY, *extra, "--out",
+                                str(stopped)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 60
+    while not (stopped / "metrics.jsonl").exists() or not (stopped / "metrics.jsonl").read_text():  # 10 steps done
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    assert process.communicate(timeout=60) and process.returncode == 130
+    step = int(tx.load(stopped / "last.npz")["step"])
+    assert 10 <= step < 600 and int(tx.load(stopped / "members" / "1" / "last.npz")["step"]) == step
+    done = run_cli("train", "--out", str(stopped), "--resume")
+    assert done.returncode == 0, done.stderr
+    assert "2 processes, a model each" in done.stdout
+    for member in (Path(), Path("members") / "1"):
+        a, b = weights(straight / member / "last.npz"), weights(stopped / member / "last.npz")
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"{member}: {name}")
+
+
+@needs_mpi
+def test_members_other_than_the_processes_of_the_job_stop_with_one_line(tmp_path):
+    done = mpiexec("-m", "models", "train", *TINY, "--members", "3", "--out", str(tmp_path / "x"), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("error:") == 1
+    assert "--members 3 trains each model on a process of its own, but this job has 2" in done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_run_missing_a_model_of_its_ensemble_is_one_clear_error(tmp_path):
+    out = tmp_path / "run"
+    done = cli_train(out)
+    run = json.loads((out / "run.json").read_text())
+    run["settings"]["members"] = 2
+    (out / "run.json").write_text(json.dumps(run))
+    with pytest.raises(RunError, match=r"members/1/best.npz does not exist"):
+        open_run(out)
+    run["settings"]["members"] = 0
+    (out / "run.json").write_text(json.dumps(run))
+    with pytest.raises(RunError, match="members is not a whole number >= 1: 0"):
+        open_run(out)
+    assert done.returncode == 0
+
+
+def cli_train(out):
+    return run_cli("train", *TINY, "--steps", "2", "--out", str(out))
+
+
+def test_idle_cores_train_an_ensemble_of_a_wide_corpus_model(monkeypatch, tmp_path, capsys):
+    settings = settings_for({"data": str(write_anki(tmp_path / "fra.txt", n_sources=40)), "d_model": 128})
+    monkeypatch.setattr(launch, "idle_cores", lambda: 8)
+    assert launch.auto_members(True, 128) == launch.MAX_MEMBERS
+    assert launch.auto_members(True, 64) == 1  # a small corpus's model: not measured to pay
+    assert launch.auto_members(False, 128) == 1  # a task
+    monkeypatch.setattr(cli, "can_launch", lambda: None)
+    assert cli.choose_members(settings) == 4
+    assert "4 cores are idle: training 4 models side by side" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "can_launch", lambda: "mpi4py is not installed")
+    assert cli.choose_members(settings) == 1
+    assert "but mpi4py is not installed, so training uses one" in capsys.readouterr().out
+
+
+def test_members_need_a_process_each(monkeypatch, tmp_path):
+    settings = settings_for({"data": str(write_anki(tmp_path / "fra.txt", n_sources=40)), "members": 2})
+    monkeypatch.setattr(cli, "can_launch", lambda: None)
+    assert cli.train_processes(None, settings) == 2
+    assert cli.train_processes(2, settings) == 2
+    with pytest.raises(ValueError, match="--processes 3 with --members 2: each model of an ensemble trains on one "
+                                         "process of its own"):
+        cli.train_processes(3, settings)
+    monkeypatch.setattr(cli, "can_launch", lambda: "no mpiexec was found")
+    with pytest.raises(ValueError, match=r"--members 2: no mpiexec was found: pip install"):
+        cli.train_processes(None, settings)
+
+
+def test_an_ensemble_keeps_more_of_the_budget_for_its_decoding():
+    """Its decoding is chosen and reported with every model: each after the first adds half a share."""
+    assert Budget(600, 0.0).training_ends == pytest.approx(600 * (1 - FINAL_SHARE))
+    assert Budget(600, 0.0, models=2).training_ends == pytest.approx(600 * (1 - 1.5 * FINAL_SHARE))
+    assert Budget(600, 0.0, models=3).training_ends == pytest.approx(600 * (1 - 2 * FINAL_SHARE))
+
