@@ -42,8 +42,9 @@ from ..transformer import Transformer
 from .evaluation import InputTooLong, encode_sources, translate
 from .explore_files import CHECKPOINTS, Checkpoints, RunFiles, read_run_files, stamp
 from .explore_tour import tour
-from .run import RunError, chosen_decoding, read_metrics
+from .run import MEMBERS, RunError, chosen_decoding, members, read_metrics
 from ..beam_tree import BeamTree
+from ..ensemble import Ensemble
 
 STEP_PAIRS = 4
 """The batch of the step graph: this many validation pairs (a small graph a learner can follow)."""
@@ -143,19 +144,33 @@ class RunViews:
         beam = whole(params.get("beam", self._decoding()[0]), "beam", 1, MAX_BEAM)
         try:
             model, about = self.checkpoints.get("best.npz", "translation")
+            decoder, about = self._ensemble(model, about)
         except Waiting as e:
             return {"waiting": str(e)}
         try:
-            return {**self._translate(model, _sentence(sentence), beam), "shows": about}
+            return {**self._translate(model, _sentence(sentence), beam, decoder), "shows": about}
         except (Untranslatable, InputTooLong) as e:
             return {"problem": str(e), "shows": about}
 
-    def _translate(self, model: Transformer, sentence: str, beam: int) -> dict:
+    def _ensemble(self, model: Transformer, about: dict) -> tuple[Transformer | Ensemble, dict]:
+        """What translates, as `translate` does: the model, or for a run of `train --members N` the
+        ensemble of every model's best.npz (the attention maps stay the first model's)."""
+        n = members(self.files.directory, self.files.settings)
+        if n == 1:
+            return model, about
+        others = [self.checkpoints.get(f"{MEMBERS}/{k}/best.npz", "the ensemble's translation")[0] for k in range(1, n)]
+        return Ensemble([model, *others]), {**about, "checkpoint": f"best.npz of each of {n} models (attention: the "
+                                                                   f"first's)"}
+
+    def _translate(self, model: Transformer, sentence: str, beam: int,
+                   decoder: Transformer | Ensemble | None = None) -> dict:
+        """`model`'s translation of `sentence` (or `decoder`'s: an ensemble's) with its beam tree, and
+        `model`'s attention maps."""
         files, (src_tok, tgt_tok) = self.files, self.files.tokenizers
         pieces = self._pieces(sentence)
         tree = BeamTree()
         started = time.perf_counter()
-        output = translate(model, [sentence], files.src_vocab, files.tgt_vocab, files.tokenizers, beam, record=tree,
+        output = translate(decoder or model, [sentence], files.src_vocab, files.tgt_vocab, files.tokenizers, beam, record=tree,
                            length_penalty=self._decoding()[1])[0]
         seconds = time.perf_counter() - started
         out_pieces = tgt_tok.encode(output)

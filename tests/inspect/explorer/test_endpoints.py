@@ -622,3 +622,30 @@ def test_beyond_loopback_it_warns_and_needs_the_printed_token(tiny_run):
         assert "warning: serving on 0.0.0.0" in process.stderr.read()
     finally:
         process.kill()
+
+
+def test_an_ensemble_run_translates_in_the_page_as_the_cli_does(tiny_run, tmp_path):
+    """A run of `train --members 2`: the page's translation and beam tree are the ensemble's, as
+    `translate` gives it, and the page says so; the attention maps are the first model's."""
+    from models.translate.explore import open_explorer
+
+    run = tmp_path / "ensemble"
+    shutil.copytree(tiny_run, run)
+    state = tx.load(tiny_run / "best.npz")
+    rng = np.random.default_rng(0)
+    state["weights"] = {name: w + rng.normal(0, 0.3, w.shape).astype(w.dtype) for name, w in state["weights"].items()}
+    (run / "members" / "1").mkdir(parents=True)
+    tx.save(state, run / "members" / "1" / "best.npz")  # a second model: other weights, same vocabularies
+    settings = json.loads((run / "run.json").read_text())
+    settings["settings"]["members"] = 2
+    (run / "run.json").write_text(json.dumps(settings))
+    explorer = open_explorer(run)
+    differs = False
+    for sentence in ("abcdefghij", "hgfedcba", "aabbccddee"):
+        page = explorer.post["/api/translate"]({"sentence": sentence, "beam": 3})
+        cli = run_cli("translate", "--run", str(run), "--beam", "3", sentence)
+        first = run_cli("translate", "--run", str(tiny_run), "--beam", "3", sentence)
+        assert cli.returncode == 0 and page["output"] == cli.stdout.strip()
+        assert page["shows"]["checkpoint"] == "best.npz of each of 2 models (attention: the first's)"
+        differs |= cli.stdout != first.stdout
+    assert differs, "the test needs a second model that changes some translation"
