@@ -156,6 +156,9 @@ def add_decoding_arguments(command: argparse.ArgumentParser) -> None:
                               f"or {BEAM})")
     command.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
                          help=f"GNMT length penalty of beam search (default: the run's, or {LENGTH_PENALTY})")
+    command.add_argument("--model", type=positive, default=None, metavar="N",
+                         help="of a run of train --members, model N alone (1: the first; default: every model, "
+                              "their ensemble)")
 
 
 def decoding(run: Run, args: argparse.Namespace) -> tuple[int, float]:
@@ -238,10 +241,12 @@ def run_train(args: argparse.Namespace) -> None:
 
 
 def choose_members(settings: TrainSettings) -> int:
-    """The models a new run trains when --members is not given: for a corpus, one per idle core
-    (`launch.auto_members`), where mpiexec can start them; for a task, one."""
+    """The models a new run trains when --members is not given: for a corpus on the CPU, one per
+    idle core (`launch.auto_members`), where mpiexec can start them; for a task, one."""
     if dist.launched_by_mpi():
         return 1  # an mpiexec job started by hand trains one model on its ranks, unless told --members
+    if settings.device != "cpu":
+        return 1  # idle CPU cores say nothing of a GPU: `--members N` puts N models on the GPUs
     wanted = auto_members(settings.data is not None, settings.d_model)
     reason = can_launch() if wanted > 1 else None
     if reason:
@@ -320,7 +325,7 @@ def epochs(n: float) -> str:
 
 def run_evaluate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
-    run = open_run(args.run_dir, args.device)
+    run = open_run(args.run_dir, args.device, model=args.model)
     sources = group_references(read_corpus(args.data).pairs) if args.data else None
     report(run, decoding(run, args), args.json, args.by_length, sources)
 
@@ -362,7 +367,7 @@ def run_translate(args: argparse.Namespace) -> None:
     check_beam(args.beam)
     if args.attention:
         check_picture_path(args.attention)
-    run = open_run(args.run_dir, args.device)
+    run = open_run(args.run_dir, args.device, model=args.model)
     # one output line per input line, a line being what it is in a corpus file; normalised as the pairs were
     lines = args.sentences or text_lines(sys.stdin.buffer.read(), "standard input")
     sentences = [normalise(text) for text in lines]
@@ -386,9 +391,11 @@ def run_translate(args: argparse.Namespace) -> None:
         # row i: the query that produced output token i, fed BOS and the tokens before it;
         # the labels are the tokens the model saw (subword pieces for bpe/unigram)
         output_tokens = tgt_tok.encode(outputs[0])
-        weights = cross_attention(run.model, src, run.tgt_vocab.encode(output_tokens))  # (heads, T + 1, S)
+        # of an ensemble, its first model's: each model attends in its own way
+        weights = cross_attention(run.models[0], src, run.tgt_vocab.encode(output_tokens))  # (heads, T + 1, S)
         if plot_attention(weights, src_tok.encode(sentences[0]), output_tokens + [EOS], args.attention):
-            print(f"cross-attention of {sentences[0]!r} written to {args.attention}", file=sys.stderr)
+            of = f" (the first of the ensemble's {len(run.models)} models; --model N for another)" * (len(run.models) > 1)
+            print(f"cross-attention of {sentences[0]!r}{of} written to {args.attention}", file=sys.stderr)
         else:
             print('matplotlib is not installed, so no picture: pip install "tinygrad-tx[viz]"', file=sys.stderr)
 

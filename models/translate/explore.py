@@ -158,7 +158,8 @@ class RunViews:
         n = members(self.files.directory, self.files.settings)
         if n == 1:
             return model, about
-        others = [self.checkpoints.get(f"{MEMBERS}/{k}/best.npz", "the ensemble's translation")[0] for k in range(1, n)]
+        others = [self.checkpoints.get(f"{MEMBERS}/{number}/best.npz", "the ensemble's translation")[0]
+                  for number in range(2, n + 1)]
         return Ensemble([model, *others]), {**about, "checkpoint": f"best.npz of each of {n} models (attention: the "
                                                                    f"first's)"}
 

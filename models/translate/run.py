@@ -12,9 +12,9 @@
       metrics.jsonl   one JSON line per logged step
       curves.png      loss and validation accuracy (with matplotlib installed)
       train.lock      held (flock) by the one `train` writing here; empty
-      members/1/      an ensemble's (train --members N) second model: its last.npz, best.npz,
-                      metrics.jsonl and curves.png; members/2/ the third, ... (the first is the
-                      run directory's own)
+      members/2/      an ensemble's (train --members N) second model: its last.npz, best.npz,
+                      metrics.jsonl and curves.png; members/3/ the third, ... (the first model's
+                      are the run directory's own)
 
 No RNG state is saved: dropout's generator is reseeded from the seed and the step (training.py).
 
@@ -53,10 +53,11 @@ RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.
                        MEMBERS})
 
 
-def member_directory(directory: Path, member: int) -> Path:
-    """Where model `member` of a run's ensemble keeps its checkpoints and metrics: the run directory
-    itself for the first (0), so a one-model run is laid out as it always was; members/K for the others."""
-    return directory if member == 0 else directory / MEMBERS / str(member)
+def member_directory(directory: Path, number: int) -> Path:
+    """Where model `number` (1, 2, ...) of a run's ensemble keeps its checkpoints and metrics: the run
+    directory itself for the first, so a one-model run is laid out as it always was; members/N for
+    model N."""
+    return directory if number == 1 else directory / MEMBERS / str(number)
 
 
 
@@ -372,20 +373,23 @@ def load_weights(module: tx.nn.Module, weights: dict, path: Path) -> None:
         raise RunError(f"{path} does not fit the model the run's settings build: {e}") from None
 
 
-def open_run(directory: str | Path, device: str = "cpu", which: str = "best") -> Run:
-    """Rebuild the model of a run directory from its settings and its `which` checkpoint."""
+def open_run(directory: str | Path, device: str = "cpu", which: str = "best", model: int | None = None) -> Run:
+    """Rebuild the models of a run directory from its settings and their `which` checkpoints: every
+    model of an ensemble, or model number `model` (1, 2, ...) alone."""
     directory = Path(directory)
     if not directory.is_dir():
         raise RunError(f"run directory {directory} does not exist" if not directory.exists()
                        else f"{directory} is a file, not a run directory")
     run = read_run_json(directory)
     src_vocab, tgt_vocab = read_vocabs(directory, run)
-    models = []
-    for member in range(members(directory, run)):
-        path = member_directory(directory, member) / f"{which}.npz"
-        model = load_model(path)
-        check_vocabularies(directory, (model.config.src_vocab, model.config.tgt_vocab), src_vocab, tgt_vocab)
-        models.append(model.to(device).eval())
+    n, models = members(directory, run), []
+    if model is not None and not 1 <= model <= n:
+        raise ValueError(f"--model {model}: {directory} holds {n} model{'s' * (n > 1)}, numbered 1 to {n}")
+    for number in range(1, n + 1) if model is None else (model,):
+        path = member_directory(directory, number) / f"{which}.npz"
+        loaded = load_model(path)
+        check_vocabularies(directory, (loaded.config.src_vocab, loaded.config.tgt_vocab), src_vocab, tgt_vocab)
+        models.append(loaded.to(device).eval())
     return Run(directory, run, src_vocab, tgt_vocab, models, read_tokenizers(directory, run))
 
 

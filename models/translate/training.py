@@ -82,7 +82,7 @@ class Trainer:
         self.validates = self.main or self.ensemble  # and keeps checkpoints, in its own directory
         self.shards = 1 if self.ensemble else dist.world_size()  # how many ranks share a batch
         self.s, self.dir = settings, run_directory(settings)
-        self.out = member_directory(self.dir, self.member)
+        self.out = member_directory(self.dir, self.member + 1)
         self.data = together(prepare, settings, self.dir)
         config = dict(src_vocab=len(self.data.src_vocab), tgt_vocab=len(self.data.tgt_vocab),
                       **settings.model_options(), max_len=2 * self.data.longest + 16, pad_id=PAD_ID,

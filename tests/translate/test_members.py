@@ -2,8 +2,9 @@
 
 Each model trains alone on whole batches (no gradient is averaged between the processes):
 without dropout the first model ends exactly where a one-model run ends; the others start from
-other weights; an interrupted ensemble resumes to where an uninterrupted one ends; `evaluate`
-and the run's chosen decoding use every model."""
+other weights; an interrupted ensemble resumes to where an uninterrupted one ends; a run opens
+as the ensemble of its models, or (--model N) as one of them. That the ensemble decodes with the
+mean of its models' probabilities: tests/models/test_ensemble.py."""
 import json
 import os
 import signal
@@ -33,27 +34,34 @@ def weights(path):
 
 
 @needs_mpi
-def test_an_ensemble_trains_its_models_apart_and_resumes_each(tmp_path):
-    one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
+def test_an_ensemble_trains_its_models_apart_and_opens_as_one_or_each(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
     train(1, "--steps", "6", "--dropout", "0", "--out", str(one))
     train(2, "--steps", "6", "--dropout", "0", "--members", "2", "--out", str(two))
     assert_same_weights(one, two)  # the first model: whole batches, its own gradients only
-    first, second = weights(two / "last.npz"), weights(two / "members" / "1" / "last.npz")
+    first, second = weights(two / "last.npz"), weights(two / "members" / "2" / "last.npz")
     assert first.keys() == second.keys()
     assert all(not np.allclose(first[k], second[k]) for k in first if k.endswith("weight"))
 
     run = open_run(two)
     assert len(run.models) == 2 and isinstance(run.model, Ensemble)
     np.testing.assert_array_equal(run.models[1].state_dict()["out.weight"],
-                                  weights(two / "members" / "1" / "best.npz")["out.weight"])
-    metrics = [json.loads(line) for line in (two / "members" / "1" / "metrics.jsonl").read_text().splitlines()]
+                                  weights(two / "members" / "2" / "best.npz")["out.weight"])
+    metrics = [json.loads(line) for line in (two / "members" / "2" / "metrics.jsonl").read_text().splitlines()]
     assert any("valid_exact_match" in r for r in metrics)  # the second model validated itself
+
+    alone = open_run(two, model=2)  # evaluate --model 2, translate --model 2
+    assert len(alone.models) == 1 and alone.model is alone.models[0]
+    np.testing.assert_array_equal(alone.model.state_dict()["out.weight"], run.models[1].state_dict()["out.weight"])
+    done = run_cli("evaluate", "--run", str(two), "--model", "3")
+    assert done.returncode == 2 and done.stderr.strip() == f"error: --model 3: {two} holds 2 models, numbered 1 to 2"
 
 
 @needs_mpi
 def test_an_interrupted_ensemble_resumes_each_model_to_where_an_uninterrupted_one_ends(tmp_path):
     """Ctrl-C mid-run (both processes stop at one step and save), then `train --resume`, which
-    starts the two processes itself: both models end with the very weights of a run never stopped."""
+    starts the two processes itself: both models end with the very weights of a run never stopped.
+    `translate --attention` draws the first model's attention, and says so."""
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     extra = ["--steps", "600", "--members", "2"]
     train(2, *extra, "--out", str(straight))
@@ -68,14 +76,18 @@ def test_an_interrupted_ensemble_resumes_each_model_to_where_an_uninterrupted_on
     process.send_signal(signal.SIGINT)
     assert process.communicate(timeout=60) and process.returncode == 130
     step = int(tx.load(stopped / "last.npz")["step"])
-    assert 10 <= step < 600 and int(tx.load(stopped / "members" / "1" / "last.npz")["step"]) == step
+    assert 10 <= step < 600 and int(tx.load(stopped / "members" / "2" / "last.npz")["step"]) == step
     done = run_cli("train", "--out", str(stopped), "--resume")
     assert done.returncode == 0, done.stderr
     assert "2 processes, a model each" in done.stdout
-    for member in (Path(), Path("members") / "1"):
+    for member in (Path(), Path("members") / "2"):
         a, b = weights(straight / member / "last.npz"), weights(stopped / member / "last.npz")
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=f"{member}: {name}")
+
+    done = run_cli("translate", "--run", str(straight), "abcdef", "--attention", str(tmp_path / "attention.png"))
+    assert done.returncode == 0, done.stderr
+    assert "(the first of the ensemble's 2 models; --model N for another)" in done.stderr or "matplotlib" in done.stderr
 
 
 @needs_mpi
@@ -93,7 +105,7 @@ def test_a_run_missing_a_model_of_its_ensemble_is_one_clear_error(tmp_path):
     run = json.loads((out / "run.json").read_text())
     run["settings"]["members"] = 2
     (out / "run.json").write_text(json.dumps(run))
-    with pytest.raises(RunError, match=r"members/1/best.npz does not exist"):
+    with pytest.raises(RunError, match=r"members/2/best.npz does not exist"):
         open_run(out)
     run["settings"]["members"] = 0
     (out / "run.json").write_text(json.dumps(run))
@@ -115,6 +127,9 @@ def test_idle_cores_train_an_ensemble_of_a_wide_corpus_model(monkeypatch, tmp_pa
     monkeypatch.setattr(cli, "can_launch", lambda: None)
     assert cli.choose_members(settings) == 4
     assert "4 cores are idle: training 4 models side by side" in capsys.readouterr().out
+    settings.device = "cuda"
+    assert cli.choose_members(settings) == 1  # idle CPU cores say nothing of a GPU
+    settings.device = "cpu"
     monkeypatch.setattr(cli, "can_launch", lambda: "mpi4py is not installed")
     assert cli.choose_members(settings) == 1
     assert "but mpi4py is not installed, so training uses one" in capsys.readouterr().out

@@ -634,8 +634,8 @@ def test_an_ensemble_run_translates_in_the_page_as_the_cli_does(tiny_run, tmp_pa
     state = tx.load(tiny_run / "best.npz")
     rng = np.random.default_rng(0)
     state["weights"] = {name: w + rng.normal(0, 0.3, w.shape).astype(w.dtype) for name, w in state["weights"].items()}
-    (run / "members" / "1").mkdir(parents=True)
-    tx.save(state, run / "members" / "1" / "best.npz")  # a second model: other weights, same vocabularies
+    (run / "members" / "2").mkdir(parents=True)
+    tx.save(state, run / "members" / "2" / "best.npz")  # a second model: other weights, same vocabularies
     settings = json.loads((run / "run.json").read_text())
     settings["settings"]["members"] = 2
     (run / "run.json").write_text(json.dumps(settings))
