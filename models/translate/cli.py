@@ -394,7 +394,8 @@ def run_translate(args: argparse.Namespace) -> None:
         # of an ensemble, its first model's: each model attends in its own way
         weights = cross_attention(run.models[0], src, run.tgt_vocab.encode(output_tokens))  # (heads, T + 1, S)
         if plot_attention(weights, src_tok.encode(sentences[0]), output_tokens + [EOS], args.attention):
-            of = f" (the first of the ensemble's {len(run.models)} models; --model N for another)" * (len(run.models) > 1)
+            n = len(run.models)
+            of = f" (the first of the ensemble's {n} models; --model N for another)" * (n > 1)
             print(f"cross-attention of {sentences[0]!r}{of} written to {args.attention}", file=sys.stderr)
         else:
             print('matplotlib is not installed, so no picture: pip install "tinygrad-tx[viz]"', file=sys.stderr)

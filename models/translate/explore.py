@@ -171,8 +171,8 @@ class RunViews:
         pieces = self._pieces(sentence)
         tree = BeamTree()
         started = time.perf_counter()
-        output = translate(decoder or model, [sentence], files.src_vocab, files.tgt_vocab, files.tokenizers, beam, record=tree,
-                           length_penalty=self._decoding()[1])[0]
+        output = translate(decoder or model, [sentence], files.src_vocab, files.tgt_vocab, files.tokenizers, beam,
+                           record=tree, length_penalty=self._decoding()[1])[0]
         seconds = time.perf_counter() - started
         out_pieces = tgt_tok.encode(output)
         out_ids = files.tgt_vocab.encode(out_pieces)

@@ -67,8 +67,8 @@ class TrainSettings:
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
                                      Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
     members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
-                             "the same data), and translate with their ensemble: the mean of their probabilities (a --data "
-                             "corpus: one per idle core, at most 4)",
+                             "the same data), and translate with their ensemble: the mean of their probabilities "
+                             "(a --data corpus: one per idle core, at most 4)",
                           WHOLE, fixed=True, metavar="N")
     out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
     steps: int = option(3000, "optimizer steps (with --time: at most)", WHOLE)
