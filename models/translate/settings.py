@@ -67,8 +67,8 @@ class TrainSettings:
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
                                      Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
     members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
-                             "the same data), and translate with their ensemble: the mean of their probabilities "
-                             "(a --data corpus: one per idle core, at most 4)",
+                             "the same data), and translate with their ensemble: the mean of their probabilities; "
+                             "a --data corpus's default: one per idle core, at most 4",
                           WHOLE, fixed=True, metavar="N")
     out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
     steps: int = option(3000, "optimizer steps (with --time: at most)", WHOLE)
@@ -152,7 +152,8 @@ def corpus_defaults(n_pairs: int) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`train`'s flags, one for each option; a flag left out is None, so that a task's or corpus's
     default (or, with --resume, the run's saved setting) takes its place."""
-    tuned = set(corpus_defaults(1)).union(*(task.defaults for task in TASKS.values()))
+    # (and --members, which for a corpus the idle cores choose: launch.py)
+    tuned = set(corpus_defaults(1)).union(*(task.defaults for task in TASKS.values())) | {"members"}
     parser.epilog = "* a task, or the size of a --data corpus, chooses its own default for these."
     source = parser.add_mutually_exclusive_group()  # neither with --resume: the run directory knows
     for f in fields(TrainSettings):
