@@ -248,14 +248,8 @@ def choose_members(settings: TrainSettings) -> int:
     if settings.device != "cpu":
         return 1  # idle CPU cores say nothing of a GPU: `--members N` puts N models on the GPUs
     wanted = auto_members(settings.data is not None, settings.d_model)
-    reason = can_launch() if wanted > 1 else None
-    if reason:
-        print(f"note: {wanted} cores are idle, but {reason}, so training uses one: {INSTALL_HINT}")
-        return 1
-    if wanted > 1:
-        print(f"{wanted} cores are idle: training {wanted} models side by side, one process each, to translate "
-              f"with their ensemble (--members 1 for one model)")
-    return wanted
+    return for_idle_cores(wanted, f"training {wanted} models side by side, one process each, to translate with "
+                                  f"their ensemble (--members 1 for one model)")
 
 
 def train_processes(requested: int | None, settings: TrainSettings) -> int:
@@ -268,22 +262,30 @@ def train_processes(requested: int | None, settings: TrainSettings) -> int:
         if requested is not None and requested != settings.members:
             raise ValueError(f"--processes {requested} with --members {settings.members}: each model of an ensemble "
                              f"trains on one process of its own; leave --processes out")
-        reason = can_launch()
-        if reason:
-            raise ValueError(f"--members {settings.members}: {reason}: {INSTALL_HINT}")
-        return settings.members
+        return asked_for("--members", settings.members)
     if requested is not None:
-        reason = can_launch() if requested > 1 else None
-        if reason:
-            raise ValueError(f"--processes {requested}: {reason}: {INSTALL_HINT}")
-        return requested
+        return asked_for("--processes", requested)
     wanted = auto_processes(settings.data is not None, settings.d_model, settings.batch_size)
+    return for_idle_cores(wanted, f"training on {wanted} processes (--processes 1 for one)")
+
+
+def asked_for(option: str, processes: int) -> int:
+    """The `processes` an option asked for; refused, saying how to fix it, where mpiexec cannot start them."""
+    reason = can_launch() if processes > 1 else None
+    if reason:
+        raise ValueError(f"{option} {processes}: {reason}: {INSTALL_HINT}")
+    return processes
+
+
+def for_idle_cores(wanted: int, doing: str) -> int:
+    """The `wanted` processes the idle cores could take, saying what they will be `doing`; or one, with a
+    note saying why, where mpiexec cannot start them."""
     reason = can_launch() if wanted > 1 else None
     if reason:
         print(f"note: {wanted} cores are idle, but {reason}, so training uses one: {INSTALL_HINT}")
         return 1
     if wanted > 1:
-        print(f"{wanted} cores are idle: training on {wanted} processes (--processes 1 for one)")
+        print(f"{wanted} cores are idle: {doing}")
     return wanted
 
 

@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
@@ -310,7 +311,7 @@ class Run:
     models: list[Transformer]
     tokenizers: tuple[Tokenizer, Tokenizer]
 
-    @property
+    @cached_property
     def model(self) -> Transformer | Ensemble:
         """What translates: the run's model, or the ensemble of its models (`train --members`)."""
         return self.models[0] if len(self.models) == 1 else Ensemble(self.models)

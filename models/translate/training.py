@@ -81,6 +81,7 @@ class Trainer:
         self.member = dist.rank() if self.ensemble else 0
         self.validates = self.main or self.ensemble  # and keeps checkpoints, in its own directory
         self.shards = 1 if self.ensemble else dist.world_size()  # how many ranks share a batch
+        self.shard = 0 if self.ensemble else dist.rank()  # which share of it this rank takes
         self.s, self.dir = settings, run_directory(settings)
         self.out = member_directory(self.dir, self.member + 1)
         self.data = together(prepare, settings, self.dir)
@@ -252,7 +253,7 @@ class Trainer:
         batcher = self.data.batcher
         epoch, skip = divmod(self.step, len(batcher))
         while True:
-            for i, batch in enumerate(batcher.batches(epoch, dist.rank() % self.shards, self.shards)):
+            for i, batch in enumerate(batcher.batches(epoch, self.shard, self.shards)):
                 if i >= skip:
                     yield batch
             epoch, skip = epoch + 1, 0
