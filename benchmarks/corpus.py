@@ -1,7 +1,7 @@
 """What each default of `train --data` buys on your own corpus: the ablation table of docs/translate.md.
 
     python benchmarks/corpus.py CORPUS [--time 10m] [--clock cpu] [--rows before,time,...] [--seeds 2]
-                                       [--write-docs]
+                                       [--jobs 1] [--write-docs]
 
 --write-docs writes docs/results/corpus.md, or, for some of the rows only (--rows rdrop,tied),
 docs/results/corpus-rdrop-tied.md, so that a later experiment does not replace the whole table.
@@ -13,7 +13,9 @@ on a busy machine), with subword sampling, with sampling and the low-resource se
 (more dropout, fewer pieces), one model on 2 data-parallel processes alone and with R-Drop
 or with the output layer tied to the target embedding, and the defaults as `train` runs them
 on an idle 2-core machine (an ensemble of 2 models, one process each), with two seeds to show
-how much a figure moves by chance. Every
+how much a figure moves by chance. The one-model rows (one-before, one-pieces, one-decay,
+one) weigh two changes tried after the ensemble, alone and together: a weight decay of 0.3
+(now a default) and a subword piece per 5 pairs instead of per 8 (not). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -23,26 +25,35 @@ for the defaults' first run.
 --clock cpu counts each run's --time budget in the CPU seconds of its (first) process, not
 wall seconds: on a machine shared with other work, each run then still gets the compute
 an idle machine would give it in that time (about: a busy machine's caches slow a step
-too). Run alone, the default (wall) is what `train` does.
+too). Run alone, the default (wall) is what `train` does. --jobs 2 runs two rows at a time,
+for one-process rows counted in CPU seconds on a 2-core machine.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from report import written_to_docs
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def per_5_pairs(n_pairs: int) -> int:
+    """More subword pieces than the defaults' one per 8 pairs (a setting may be a function of the corpus's pairs)."""
+    return int(min(4000, max(200, round(n_pairs / 5, -2))))
+
+
+BEFORE = {"weight_decay": 0.0}  # the defaults before weight decay
 # name -> (what the row is, the settings it gives, processes); every row but "before" has --time
 ROWS = {
-    "before": ("before: 4,000 steps", {"steps": 4000}, 1),
+    "before": ("before: 4,000 steps", {"steps": 4000, **BEFORE}, 1),
     "time": ("--time (a busy machine: 1 process)", {}, 1),
     "sampling": ("--time, subword sampling 0.1", {"subword_sampling": 0.1}, 1),
     "low-resource": ("--time, subword sampling 0.1, dropout 0.3, 1,200 pieces",
@@ -53,6 +64,13 @@ ROWS = {
                       {"members": 1}, 2),
     "defaults": ("the defaults on an idle 2-core machine: --time, an ensemble of 2 models, a process each",
                  {"members": 2}, 2),
+    "one-before": ("one model, one process: a piece per 8 pairs, no weight decay (the defaults before)",
+                   {"members": 1, **BEFORE}, 1),
+    "one-pieces": ("one model, one process: a piece per 5 pairs, no weight decay",
+                   {"members": 1, "vocab_size": per_5_pairs, **BEFORE}, 1),
+    "one-decay": ("one model, one process: a piece per 8 pairs, weight decay 0.3 (the defaults)", {"members": 1}, 1),
+    "one": ("one model, one process: a piece per 5 pairs, weight decay 0.3", {"members": 1, "vocab_size": per_5_pairs},
+            1),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
@@ -99,27 +117,32 @@ def child(given: dict, clock: str) -> None:
                                              scores.items()}}))
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def measure(corpus: str, row: str, seed: int, budget: str, clock: str, out: Path) -> dict:
     """Train and score one row in fresh processes; its JSON line, with the CPU seconds of all of them."""
+    sys.path.insert(0, str(REPO))
+    from models.translate.corpus import read_corpus
+
     _, given, processes = ROWS[row]
-    given = {"data": corpus, "out": str(out), "seed": seed, **given}
+    n_pairs = len(read_corpus(corpus).pairs)
+    given = {"data": corpus, "out": str(out), "seed": seed,
+             **{name: value(n_pairs) if callable(value) else value for name, value in given.items()}}
     if "steps" not in given:
         given["time"] = budget
     command = [sys.executable, __file__, "--child", json.dumps(given), "--clock", clock]
     if processes > 1:
-        sys.path.insert(0, str(REPO))
         from models.translate.launch import mpiexec
 
         command = [mpiexec(), "-n", str(processes), *command]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
-    before = children_cpu()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-    return {**json.loads(done.stdout.splitlines()[-1]), "cpu_s": children_cpu() - before}
+    with open(out.with_suffix(".out"), "w+") as stdout, open(out.with_suffix(".err"), "w+") as stderr:
+        child_process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, env=env)
+        _, status, usage = os.wait4(child_process.pid, 0)  # its CPU seconds and its children's, apart from other rows'
+        child_process.returncode = os.waitstatus_to_exitcode(status)
+        if child_process.returncode:
+            stderr.seek(0)
+            raise subprocess.CalledProcessError(child_process.returncode, command, stderr=stderr.read())
+        stdout.seek(0)
+        return {**json.loads(stdout.read().splitlines()[-1]), "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def curve(run_dir: Path) -> list[tuple[int, float, float]]:
@@ -152,6 +175,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--seeds", type=int, default=2, help="seeds of the defaults' row (default 2)")
+    parser.add_argument("--jobs", type=int, default=1, help="rows run at a time (default 1)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -171,11 +195,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         jobs = [(row, 0) for row in rows if row != "defaults"]
         jobs += [("defaults", seed) for seed in range(args.seeds)] if "defaults" in rows else []
-        for row, seed in jobs:
-            r = measure(args.corpus, row, seed, args.time, args.clock, Path(tmp) / f"{row}-{seed}")
-            print(f"| {ROWS[row][0]}{f', seed {seed}' if row == 'defaults' else ''} | {r['steps']:,} "
-                  f"| {r['greedy']['bleu']:.1f} | {r['beam 4']['bleu']:.1f} | {r['chosen']['bleu']:.1f} "
-                  f"({decoding_text(r['decoding'])}) | {r['chosen']['chrf']:.1f} | {r['cpu_s']:.0f} |", flush=True)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = pool.map(lambda job: measure(args.corpus, *job, args.time, args.clock, Path(tmp) / "-".join(
+                map(str, job))), jobs)
+            for (row, seed), r in zip(jobs, results):  # in order, each as soon as it and those above are done
+                print(f"| {ROWS[row][0]}{f', seed {seed}' if row == 'defaults' else ''} | {r['steps']:,} "
+                      f"| {r['greedy']['bleu']:.1f} | {r['beam 4']['bleu']:.1f} | {r['chosen']['bleu']:.1f} "
+                      f"({decoding_text(r['decoding'])}) | {r['chosen']['chrf']:.1f} | {r['cpu_s']:.0f} |",
+                      flush=True)
         if "defaults" in rows:
             print("\nBLEU against beam width (the defaults' run, seed 0, its chosen length penalty; width 1 is "
                   "greedy search)\n")

@@ -86,6 +86,9 @@ class TrainSettings:
                        Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
     warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", NOT_NEGATIVE)
     label_smoothing: float = option(0.1, "label smoothing of the loss", Rule(lambda v: 0 <= v <= 1, "in [0, 1]"))
+    weight_decay: float = option(0.0, "decoupled weight decay (AdamW): each step shrinks every weight by the "
+                                      "learning rate times this; 0: plain Adam",
+                                 Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"), fixed=True, metavar="X")
     rdrop: float = option(0.0, "R-Drop: each pair twice a step, this weight on the two predictions' KL divergence",
                           Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"))
     seed: int = option(0, "seeds the split, the weights, the batch order and dropout", NOT_NEGATIVE, fixed=True)
@@ -133,20 +136,21 @@ def corpus_defaults(n_pairs: int) -> dict:
     the corpus (about one piece per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96
     pairs took 0.19 s with 2200 target pieces and 0.24 s with 6200). A small corpus gets a
     smaller model, which overfits less. On the Tatoeba list this is 2300 pieces per side,
-    4 heads of a 128-wide model and 2 layers (docs/translate.md: "Your own corpus", which
-    has the measurements behind these choices: 2 layers and more steps beat 3 layers,
-    batches of 96 beat 64, lr 2e-3 beat 1e-3 and 3e-3, dropout 0.1 beat 0, 0.05, 0.2 and
-    0.3, a 128-wide model matched a 256-wide one in the same time; fewer pieces, a shared
-    vocabulary, subword sampling, checkpoint averaging and R-Drop did not pay, and a tied
-    output layer was within the noise). The idle cores train an ensemble, a model each
-    (launch.py), which paid 1.2 and 1.8 BLEU on two such lists.
+    4 heads of a 128-wide model and 2 layers, and a weight decay of 0.3 (docs/translate.md:
+    "Your own corpus", which has the measurements behind these choices: 2 layers and more
+    steps beat 3 layers (and 3 encoder layers with 1 decoder layer), batches of 96 beat 64,
+    lr 2e-3 beat 1e-3 and 3e-3, dropout 0.1 beat 0, 0.05, 0.2 and 0.3, label smoothing 0.1
+    matched 0.2, a 128-wide model matched a 256-wide one in the same time, weight decay 0.3
+    beat 0.1, 0.03, 1 and none (+2 BLEU for one model); more pieces (one per 5 pairs), fewer pieces, a shared vocabulary, subword sampling, checkpoint averaging
+    and R-Drop did not pay, and a tied output layer was within the noise). The idle cores
+    train an ensemble, a model each (launch.py).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
                 d_model=64 if small else 128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
                 d_ff=256 if small else 512,
                 steps=int(max(1000, round(60 * n_pairs / 96, -2))), batch_size=96, time="10m",
-                lr=2e-3, warmup=400, dropout=0.1, eval_every=500)
+                lr=2e-3, warmup=400, dropout=0.1, weight_decay=0.3, eval_every=500)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -204,7 +208,7 @@ def settings_for(given: dict) -> TrainSettings:
     for key in FIXED_ON_RESUME:
         if key in given and given[key] != saved.get(key):
             raise RunError(f"--resume: the run in {directory} was trained with {key} {saved.get(key)!r}, "
-                           f"not {given[key]!r}; a resumed run keeps its data and model")
+                           f"not {given[key]!r}; a resumed run keeps its data, model and optimizer")
     settings = TrainSettings(**{**saved, **given, "out": str(directory)})
     if "steps" in given and "time" not in given:  # resumed with --steps: they end the run, not its --time
         settings.time = None

@@ -94,7 +94,10 @@ class Trainer:
         model = Transformer(**config).to(settings.device)
         # data-parallel: rank 0's weights on every rank; gradients averaged over the ranks in backward
         self.model = model if self.ensemble else dist.DataParallel(model)
-        self.optimizer = optim.Adam(self.model.parameters(), lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
+        # AdamW only with a weight decay: a run trained before --weight-decay resumes with the Adam it saved
+        adam = dict(lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = (optim.AdamW(self.model.parameters(), weight_decay=settings.weight_decay, **adam)
+                          if settings.weight_decay else optim.Adam(self.model.parameters(), **adam))
         self.step, self.best = 0, -1.0
         self._set_steps(settings.steps)
         # --time: the steps are chosen once the run has timed itself (budget.py), at most

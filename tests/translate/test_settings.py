@@ -9,6 +9,7 @@ import pytest
 
 import tinygrad_tx as tx
 from models.config import TransformerConfig
+from models.translate.run import RunError
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
@@ -51,3 +52,31 @@ def test_a_run_saved_with_the_old_names_resumes(tmp_path):
     assert trainer.step == 8
     trainer.train(Quiet())
     assert int(tx.load(out / "last.npz")["step"]) == 10
+
+
+def test_weight_decay_shrinks_every_weight_by_the_learning_rate_times_it_before_the_adam_step(tmp_path):
+    """AdamW's decoupled decay, by hand: from the same weights, batch and dropout, one step with
+    --weight-decay w ends at (1 - lr·w)·p0 - adam_step, one without at p0 - adam_step."""
+    decay = 5.0
+    plain = Trainer(TrainSettings(**{**SMALL, "steps": 1}, out=str(tmp_path / "plain")))
+    decayed = Trainer(TrainSettings(**{**SMALL, "steps": 1, "weight_decay": decay}, out=str(tmp_path / "decayed")))
+    assert (type(plain.optimizer).__name__, type(decayed.optimizer).__name__) == ("Adam", "AdamW")
+    before = [p.numpy().astype("float64") for p in decayed.optimizer.params]
+    for trainer in (plain, decayed):
+        trainer.start()
+        trainer.train(Quiet())
+    lr = decayed.optimizer.lr
+    assert lr == plain.optimizer.lr > 0
+    for p0, p_plain, p_decayed in zip(before, plain.optimizer.params, decayed.optimizer.params):
+        shrink = p_plain.numpy().astype("float64") - p_decayed.numpy().astype("float64")
+        assert shrink == pytest.approx(lr * decay * p0, abs=1e-6)
+
+
+def test_a_resumed_run_keeps_its_weight_decay(tmp_path):
+    out = tmp_path / "run"
+    trainer = Trainer(TrainSettings(**{**SMALL, "weight_decay": 0.1}, out=str(out)))
+    trainer.start()
+    trainer.train(Quiet())
+    assert settings_for({"out": str(out), "resume": True}).weight_decay == 0.1
+    with pytest.raises(RunError, match="weight_decay 0.1, not 0.0"):
+        settings_for({"out": str(out), "resume": True, "weight_decay": 0.0})
