@@ -137,10 +137,10 @@ def measure(corpus: str, row: str, seed: int, budget: str, clock: str, out: Path
     with open(out.with_suffix(".out"), "w+") as stdout, open(out.with_suffix(".err"), "w+") as stderr:
         child_process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, env=env)
         _, status, usage = os.wait4(child_process.pid, 0)  # its CPU seconds and its children's, apart from other rows'
-        child_process.returncode = os.waitstatus_to_exitcode(status)
-        if child_process.returncode:
+        child_process.returncode = returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again
+        if returncode:
             stderr.seek(0)
-            raise subprocess.CalledProcessError(child_process.returncode, command, stderr=stderr.read())
+            raise subprocess.CalledProcessError(returncode, command, stderr=stderr.read())
         stdout.seek(0)
         return {**json.loads(stdout.read().splitlines()[-1]), "cpu_s": usage.ru_utime + usage.ru_stime}
 
@@ -195,9 +195,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         jobs = [(row, 0) for row in rows if row != "defaults"]
         jobs += [("defaults", seed) for seed in range(args.seeds)] if "defaults" in rows else []
+        def run(job: tuple[str, int]) -> dict:
+            row, seed = job
+            return measure(args.corpus, row, seed, args.time, args.clock, Path(tmp) / f"{row}-{seed}")
+
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = pool.map(lambda job: measure(args.corpus, *job, args.time, args.clock, Path(tmp) / "-".join(
-                map(str, job))), jobs)
+            results = pool.map(run, jobs)
             for (row, seed), r in zip(jobs, results):  # in order, each as soon as it and those above are done
                 print(f"| {ROWS[row][0]}{f', seed {seed}' if row == 'defaults' else ''} | {r['steps']:,} "
                       f"| {r['greedy']['bleu']:.1f} | {r['beam 4']['bleu']:.1f} | {r['chosen']['bleu']:.1f} "
