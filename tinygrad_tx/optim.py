@@ -39,15 +39,24 @@ class Optimizer:
     """The base: parameters, the step counter, state and its (de)serialisation.
 
     A subclass lists its hyper-parameters (saved by `state_dict`) and implements
-    `_update(param, grad, state, xp)` for one parameter's raw arrays.
+    `_update(param, grad, state, xp, decays)` for one parameter's raw arrays; `decays` is False
+    for the parameters given as `no_decay`, which a weight decay leaves alone (biases and
+    LayerNorm's gains, as PyTorch users put them in a parameter group of weight_decay 0).
     """
 
-    hyperparameters: tuple[str, ...] = ("lr",)
+    hyperparameters: tuple[str, ...] = ("lr", "no_decay")
     state_names: frozenset[str] = frozenset()  # the arrays `_update` keeps for one parameter
 
-    def __init__(self, params: Iterable[Tensor], lr: float):
+    def __init__(self, params: Iterable[Tensor], lr: float, no_decay: Iterable[Tensor] = ()):
         _check_nonnegative(type(self).__name__, lr=lr)
         self.params = _unique_params(params)
+        index = {id(p): i for i, p in enumerate(self.params)}
+        exempt = list(no_decay)
+        for p in exempt:
+            if id(p) not in index:
+                raise ValueError(f"{type(self).__name__}: a no_decay tensor (shape {getattr(p, 'shape', p)}) "
+                                 "is not among the parameters")
+        self.no_decay = tuple(sorted({index[id(p)] for p in exempt}))  # indices into params: saved as numbers
         self.lr = lr  # read at every step, so a schedule may change it
         self.t = 0  # number of step() calls so far
         self.state: dict[int, dict[str, Any]] = {}  # params[i] -> its arrays, made at its first update
@@ -65,10 +74,10 @@ class Optimizer:
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            self._update(p.data, p.grad.data, self._state(i, p), p.backend.xp)
+            self._update(p.data, p.grad.data, self._state(i, p), p.backend.xp, i not in self.no_decay)
             p.bump_version()
 
-    def _update(self, param: Any, grad: Any, state: dict[str, Any], xp: Any) -> None:
+    def _update(self, param: Any, grad: Any, state: dict[str, Any], xp: Any, decays: bool) -> None:
         """Change `param` in place. `grad` may be shared with other tensors: never write into it."""
         raise NotImplementedError
 
@@ -120,7 +129,8 @@ class Optimizer:
                     raise ValueError(f"load_state_dict: {array_name!r} of parameter {key} has shape "
                                      f"{np.shape(array)}, the parameter {p.shape}")
         self.t = int(state["t"])
-        for key, value in state["hyperparameters"].items():
+        # a state saved before no_decay existed decayed every parameter
+        for key, value in {"no_decay": (), **state["hyperparameters"]}.items():
             setattr(self, key, tuple(value) if isinstance(value, list) else value)  # JSON made betas a list
         self.state = {}
         for key, arrays in state["state"].items():
@@ -163,19 +173,19 @@ class SGD(Optimizer):
         p -= lr · (g + momentum · b   if nesterov else   b)       (just lr · g without momentum)
     """
 
-    hyperparameters = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+    hyperparameters = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "no_decay")
     state_names = frozenset({"momentum_buffer"})
 
     def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+                 weight_decay: float = 0.0, nesterov: bool = False, no_decay: Iterable[Tensor] = ()):
         _check_nonnegative("SGD", momentum=momentum, dampening=dampening, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
-        super().__init__(params, lr)
+        super().__init__(params, lr, no_decay)
         self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
 
-    def _update(self, param, grad, state, xp):
-        if self.weight_decay:
+    def _update(self, param, grad, state, xp, decays):
+        if self.weight_decay and decays:
             grad = grad + self.weight_decay * param
         if self.momentum:
             buf = state.get("momentum_buffer")
@@ -199,23 +209,23 @@ class Adam(Optimizer):
         p -= lr · m̂ / (√v̂ + eps)
     """
 
-    hyperparameters = ("lr", "betas", "eps", "weight_decay")
+    hyperparameters = ("lr", "betas", "eps", "weight_decay", "no_decay")
     state_names = frozenset({"m", "v"})
     decoupled_weight_decay = False
 
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
+                 eps: float = 1e-8, weight_decay: float = 0.0, no_decay: Iterable[Tensor] = ()):
         if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"{type(self).__name__}: betas must be two numbers in [0, 1), not {betas}")
         _check_nonnegative(type(self).__name__, eps=eps, weight_decay=weight_decay)
-        super().__init__(params, lr)
+        super().__init__(params, lr, no_decay)
         self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
 
-    def _update(self, param, grad, state, xp):
+    def _update(self, param, grad, state, xp, decays):
         beta1, beta2 = self.betas
-        if self.weight_decay and self.decoupled_weight_decay:
+        if self.weight_decay and decays and self.decoupled_weight_decay:
             param *= 1 - self.lr * self.weight_decay  # AdamW: shrink the weights directly
-        elif self.weight_decay:
+        elif self.weight_decay and decays:
             grad = grad + self.weight_decay * param  # Adam: an L2 penalty in the gradient
         if not state:
             state["m"], state["v"] = xp.zeros_like(param), xp.zeros_like(param)
@@ -250,8 +260,8 @@ class AdamW(Adam):
     decoupled_weight_decay = True
 
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2):
-        super().__init__(params, lr, betas, eps, weight_decay)
+                 eps: float = 1e-8, weight_decay: float = 1e-2, no_decay: Iterable[Tensor] = ()):
+        super().__init__(params, lr, betas, eps, weight_decay, no_decay)
 
 
 @replayable

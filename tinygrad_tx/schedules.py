@@ -94,9 +94,11 @@ class NoamSchedule(LRSchedule):
         return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
 
 
-class WarmupCosine(LRSchedule):
-    """Linear warm-up from lr_max/warmup (step 1) to lr_max (step `warmup`), then a half
-    cosine from lr_max down to lr_min at step `total_steps`; lr_min after that.
+class WarmupDecay(LRSchedule):
+    """The base of the two schedules below: a linear warm-up from lr_max/warmup (step 1) to
+    lr_max (step `warmup`), then a decay from lr_max down to lr_min at step `total_steps`, whose
+    shape a subclass gives as `fraction(progress)` (1 at the start of the decay, 0 at its end);
+    lr_min after that.
 
     lr_max is the optimizer's lr when the schedule is made (as PyTorch's schedules take
     their base rate), so the peak rate is given once, to the optimizer. Make the schedule
@@ -105,12 +107,31 @@ class WarmupCosine(LRSchedule):
 
     def __init__(self, optimizer: Any, warmup: int, total_steps: int, lr_min: float = 0.0):
         if not 0 <= warmup < total_steps:
-            raise ValueError(f"WarmupCosine: need 0 <= warmup < total_steps, got {warmup} and {total_steps}")
+            raise ValueError(f"{type(self).__name__}: need 0 <= warmup < total_steps, got {warmup} and {total_steps}")
         self.warmup, self.total_steps, self.lr_max, self.lr_min = warmup, total_steps, optimizer.lr, lr_min
         super().__init__(optimizer)
+
+    def fraction(self, progress: float) -> float:
+        raise NotImplementedError
 
     def lr_at(self, step: int) -> float:
         if step <= self.warmup:
             return self.lr_max * step / self.warmup
         progress = min(1.0, (step - self.warmup) / (self.total_steps - self.warmup))  # 0 -> 1
-        return self.lr_min + 0.5 * (self.lr_max - self.lr_min) * (1 + math.cos(math.pi * progress))
+        return self.lr_min + (self.lr_max - self.lr_min) * self.fraction(progress)
+
+
+class WarmupCosine(WarmupDecay):
+    """Warm-up, then half a cosine from lr_max down to lr_min: slow at both ends."""
+
+    def fraction(self, progress: float) -> float:
+        return 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class WarmupLinear(WarmupDecay):
+    """Warm-up, then a straight line from lr_max down to lr_min (0 by default: "straight to
+    zero", which Bergsma et al. (2025) found beats a cosine to a tenth of the peak for AdamW in
+    language models: the last, small steps average out more of the gradients' noise)."""
+
+    def fraction(self, progress: float) -> float:
+        return 1.0 - progress

@@ -93,12 +93,17 @@ def mlp_float64(seed=0):
     return model
 
 
-def run_both(torch, name, kwargs, steps=50, schedule=None):
-    """Train our MLP and torch's copy of it on the same batches; return both loss lists."""
+def run_both(torch, name, kwargs, steps=50, schedule=None, biases_not_decayed=False):
+    """Train our MLP and torch's copy of it on the same batches; return both loss lists.
+    biases_not_decayed: ours gets the biases as no_decay, torch a parameter group of them with
+    weight_decay 0."""
     model = mlp_float64()
-    ours = getattr(optim, name)(model.parameters(), **kwargs)
+    biases = [p for p in model.parameters() if p.ndim == 1]
+    ours = getattr(optim, name)(model.parameters(), **kwargs, **({"no_decay": biases} if biases_not_decayed else {}))
     w1, b1, w2, b2 = [torch.tensor(p.numpy(), requires_grad=True) for p in model.parameters()]
-    theirs = getattr(torch.optim, name)([w1, b1, w2, b2], **kwargs)
+    groups = ([{"params": [w1, w2]}, {"params": [b1, b2], "weight_decay": 0.0}] if biases_not_decayed
+              else [w1, b1, w2, b2])
+    theirs = getattr(torch.optim, name)(groups, **kwargs)
     sched = schedule(ours) if schedule else None
     rng = np.random.default_rng(1)
     our_losses, torch_losses = [], []
@@ -134,6 +139,35 @@ def test_trajectory_matches_torch(torch, name, kwargs):
     ours, theirs = run_both(torch, name, kwargs)
     assert ours[-1] < ours[0]  # it did train
     assert max_relative_difference(ours, theirs) < 1e-5
+
+
+@pytest.mark.parametrize("name,kwargs", [c for c in CONFIGS if c[1].get("weight_decay")],
+                         ids=[n for n, k in CONFIGS if k.get("weight_decay")])
+def test_no_decay_matches_a_torch_group_without_weight_decay(torch, name, kwargs):
+    ours, theirs = run_both(torch, name, kwargs, biases_not_decayed=True)
+    assert max_relative_difference(ours, theirs) < 1e-5
+    decayed, _ = run_both(torch, name, kwargs)  # and the exemption changes the trajectory
+    assert max_relative_difference(ours, decayed) > 1e-4
+
+
+def test_no_decay_is_saved_and_checked():
+    a, b = param([1.0, 2.0]), param([[1.0]])
+    opt = optim.AdamW([a, b], lr=0.1, weight_decay=0.5, no_decay=[a])
+    set_grad(a, np.zeros(2))
+    set_grad(b, np.zeros((1, 1)))
+    opt.step()  # zero gradients: only the decay moves a weight
+    np.testing.assert_allclose(a.numpy(), [1.0, 2.0])
+    np.testing.assert_allclose(b.numpy(), [[1.0 - 0.1 * 0.5]])
+    fresh = optim.AdamW([a, b], lr=0.1, weight_decay=0.5)
+    fresh.load_state_dict(opt.state_dict())
+    assert fresh.no_decay == (0,)
+    old = opt.state_dict()
+    del old["hyperparameters"]["no_decay"]  # a state saved before no_decay existed decayed everything
+    exempting = optim.AdamW([a, b], lr=0.1, weight_decay=0.5, no_decay=[a])
+    exempting.load_state_dict(old)
+    assert exempting.no_decay == ()
+    with pytest.raises(ValueError, match="AdamW: a no_decay tensor .* is not among the parameters"):
+        optim.AdamW([b], no_decay=[a])
 
 
 def test_trajectory_with_schedule_matches_torch(torch):

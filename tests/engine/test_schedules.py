@@ -45,6 +45,19 @@ def test_warmup_cosine_at_its_corners():
         schedules.WarmupCosine(sgd(lr=1.0), warmup=10, total_steps=10)
 
 
+def test_warmup_linear_falls_in_a_straight_line_to_zero():
+    opt = sgd(lr=1e-3)
+    sched = schedules.WarmupLinear(opt, warmup=10, total_steps=110)
+    assert opt.lr == pytest.approx(1e-4)  # the same warm-up as the cosine's
+    assert sched.lr_at(10) == pytest.approx(1e-3)
+    assert sched.lr_at(35) == pytest.approx(0.75e-3) and sched.lr_at(60) == pytest.approx(0.5e-3)  # a line
+    assert sched.lr_at(110) == 0.0 and sched.lr_at(500) == 0.0
+    floor = schedules.WarmupLinear(sgd(lr=1.0), warmup=0, total_steps=10, lr_min=0.2)
+    assert floor.lr_at(5) == pytest.approx(0.2 + 0.8 * 0.5) and floor.lr_at(10) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="WarmupLinear"):
+        schedules.WarmupLinear(sgd(lr=1.0), warmup=10, total_steps=10)
+
+
 def test_lambda_lr_scales_the_initial_rate():
     opt = optim.SGD([param([0.0])], lr=0.5)
     sched = schedules.LambdaLR(opt, lambda s: 1 / s)
@@ -55,8 +68,9 @@ def test_lambda_lr_scales_the_initial_rate():
 
 @pytest.mark.parametrize("make", [lambda o: schedules.NoamSchedule(o, 64, warmup=4),
                                   lambda o: schedules.WarmupCosine(o, 3, 20, lr_min=0.1),
+                                  lambda o: schedules.WarmupLinear(o, 3, 20),
                                   lambda o: schedules.LambdaLR(o, lambda s: 0.9 ** s)],
-                         ids=["noam", "cosine", "lambda"])
+                         ids=["noam", "cosine", "linear", "lambda"])
 def test_schedule_state_dict_resumes_exactly(tmp_path, make):
     opt = optim.SGD([param([0.0])], lr=1.0)
     sched = make(opt)

@@ -54,9 +54,10 @@ def test_a_run_saved_with_the_old_names_resumes(tmp_path):
     assert int(tx.load(out / "last.npz")["step"]) == 10
 
 
-def test_weight_decay_shrinks_every_weight_by_the_learning_rate_times_it_before_the_adam_step(tmp_path):
+def test_weight_decay_shrinks_each_matrix_by_the_learning_rate_times_it_before_the_adam_step(tmp_path):
     """AdamW's decoupled decay, by hand: from the same weights, batch and dropout, one step with
-    --weight-decay w ends at (1 - lr·w)·p0 - adam_step, one without at p0 - adam_step."""
+    --weight-decay w ends at (1 - lr·w)·p0 - adam_step, one without at p0 - adam_step; biases and
+    LayerNorm's gains and shifts (vectors) are not decayed."""
     decay = 5.0
     plain = Trainer(TrainSettings(**{**SMALL, "steps": 1}, out=str(tmp_path / "plain")))
     decayed = Trainer(TrainSettings(**{**SMALL, "steps": 1, "weight_decay": decay}, out=str(tmp_path / "decayed")))
@@ -67,9 +68,27 @@ def test_weight_decay_shrinks_every_weight_by_the_learning_rate_times_it_before_
         trainer.train(Quiet())
     lr = decayed.optimizer.lr
     assert lr == plain.optimizer.lr > 0
+    vectors = 0
     for p0, p_plain, p_decayed in zip(before, plain.optimizer.params, decayed.optimizer.params):
         shrink = p_plain.numpy().astype("float64") - p_decayed.numpy().astype("float64")
-        assert shrink == pytest.approx(lr * decay * p0, abs=1e-6)
+        assert shrink == pytest.approx(lr * decay * p0 if p0.ndim >= 2 else 0 * p0, abs=1e-6)
+        vectors += p0.ndim < 2 and bool(p0.any())  # a vector that would have moved, were it decayed
+    assert vectors > 0
+
+
+def test_schedule_linear_falls_to_zero_and_runs_from_before_keep_the_cosine(tmp_path):
+    assert settings_for({"task": "copy"}).schedule == "cosine"
+    trainer = Trainer(TrainSettings(**{**SMALL, "schedule": "linear"}, out=str(tmp_path / "linear")))
+    assert trainer.schedule.lr_at(2 + 3) == pytest.approx(3e-3 / 2)  # half-way from the warm-up's end to 0
+    assert trainer.schedule.lr_at(8) == 0.0
+    out = tmp_path / "old"
+    trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
+    trainer.start()
+    trainer.train(Quiet())
+    run = json.loads((out / "run.json").read_text())
+    del run["settings"]["schedule"]  # run.json as `train` wrote it before --schedule
+    (out / "run.json").write_text(json.dumps(run))
+    assert settings_for({"out": str(out), "resume": True}).schedule == "cosine"
 
 
 def test_a_resumed_run_keeps_its_weight_decay(tmp_path):
