@@ -56,7 +56,7 @@ def per_5_pairs(n_pairs: int) -> int:
 # The defaults of a time before a change, pinned so that a row keeps meaning what it measured:
 # "decay_all" is not a setting of train's, but what the trainer did before it kept the weight
 # decay off biases and LayerNorm (`child` applies it)
-COSINE_ALL = {"schedule": "cosine", "decay_all": True}  # before the learning rate fell to 0
+COSINE_ALL = {"schedule": "cosine", "decay_all": True}  # before the decay spared biases and LayerNorm
 BEFORE = {"weight_decay": 0.0, "schedule": "cosine"}  # before weight decay
 # name -> (what the row is, the settings it gives, processes); every row but "before" has --time
 ROWS = {

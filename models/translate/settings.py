@@ -90,8 +90,9 @@ class TrainSettings:
                            choices=SCHEDULES)
     warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", NOT_NEGATIVE)
     label_smoothing: float = option(0.1, "label smoothing of the loss", Rule(lambda v: 0 <= v <= 1, "in [0, 1]"))
-    weight_decay: float = option(0.0, "decoupled weight decay (AdamW): each step shrinks every weight by the "
-                                      "learning rate times this; 0: plain Adam",
+    weight_decay: float = option(0.0, "decoupled weight decay (AdamW): each step shrinks every weight matrix "
+                                      "and embedding (not biases or LayerNorm) by the learning rate times this; "
+                                      "0: plain Adam",
                                  Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"), fixed=True, metavar="X")
     rdrop: float = option(0.0, "R-Drop: each pair twice a step, this weight on the two predictions' KL divergence",
                           Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"))
