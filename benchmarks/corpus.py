@@ -1,10 +1,11 @@
 """What each default of `train --data` buys on your own corpus: the ablation table of docs/translate.md.
 
-    python benchmarks/corpus.py CORPUS [--time 10m] [--clock cpu] [--rows before,time,...] [--seeds 2]
-                                       [--jobs 1] [--write-docs]
+    python benchmarks/corpus.py CORPUS [--time 10m | --steps N] [--clock cpu] [--rows before,time,...]
+                                       [--seeds N] [--jobs 1] [--write-docs]
 
 --write-docs writes docs/results/corpus.md, or, for some of the rows only (--rows rdrop,tied),
-docs/results/corpus-rdrop-tied.md, so that a later experiment does not replace the whole table.
+docs/results/corpus-rdrop-tied.md, so that a later experiment does not replace the whole table
+(and, with --steps 5000, docs/results/corpus-rdrop-tied-5000-steps.md).
 
 Each row trains the corpus (the file is yours: it is not in the repository) in fresh
 processes, as `python -m models train --data CORPUS` does: "before" as issue 34 found it
@@ -18,7 +19,8 @@ one) weigh two changes tried after the ensemble, alone and together: a weight de
 (then a default) and a subword piece per 5 pairs instead of per 8 (not); one-decay,
 one-linear, one-exempt and one-both two changes tried after that: the learning rate falling
 in a straight line to 0 instead of a cosine to 5% (not a default), and the weight decay kept
-off biases and LayerNorm (now a default). Every
+off biases and LayerNorm (now a default); one-8-heads and one-16-heads, more attention heads
+of fewer dimensions each (not a default). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -30,6 +32,14 @@ wall seconds: on a machine shared with other work, each run then still gets the 
 an idle machine would give it in that time (about: a busy machine's caches slow a step
 too). Run alone, the default (wall) is what `train` does. --jobs 2 runs two rows at a time,
 for one-process rows counted in CPU seconds on a 2-core machine.
+
+--steps N trains every row (but "before", which has its own) exactly N steps instead: a
+--time run chooses its steps from how fast the machine was, and a run of other length is
+another trajectory, so the same row and seed can move by 2 BLEU between two runs; a run of
+fixed steps is the same run every time, whatever else the machine does (only its CPU seconds
+move), and two rows of the same seed differ by their settings alone. --seeds N runs every
+row given with seeds 0 to N-1 (each seed is another split, other initial weights and another
+order): the spread a change must beat.
 """
 from __future__ import annotations
 
@@ -84,6 +94,9 @@ ROWS = {
     "one-exempt": ("one model, one process: weight decay 0.3 but not on biases and LayerNorm, cosine to 5% "
                    "(the defaults)", {"members": 1, "schedule": "cosine"}, 1),
     "one-both": ("one model, one process: both", {"members": 1, "schedule": "linear"}, 1),
+    "one-8-heads": ("one model, one process: 8 attention heads of 16 dimensions instead of 4 of 32",
+                    {"members": 1, "num_heads": 8}, 1),
+    "one-16-heads": ("one model, one process: 16 attention heads of 8 dimensions", {"members": 1, "num_heads": 16}, 1),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
@@ -133,8 +146,9 @@ def child(given: dict, clock: str) -> None:
                                              scores.items()}}))
 
 
-def measure(corpus: str, row: str, seed: int, budget: str, clock: str, out: Path) -> dict:
-    """Train and score one row in fresh processes; its JSON line, with the CPU seconds of all of them."""
+def measure(corpus: str, row: str, seed: int, budget: str, clock: str, out: Path, steps: int | None = None) -> dict:
+    """Train and score one row in fresh processes; its JSON line, with the CPU seconds of all of them.
+    With `steps`, a row that does not fix its own trains that many steps instead of `budget`'s time."""
     sys.path.insert(0, str(REPO))
     from models.translate.corpus import read_corpus
 
@@ -143,7 +157,7 @@ def measure(corpus: str, row: str, seed: int, budget: str, clock: str, out: Path
     given = {"data": corpus, "out": str(out), "seed": seed,
              **{name: value(n_pairs) if callable(value) else value for name, value in given.items()}}
     if "steps" not in given:
-        given["time"] = budget
+        given.update({"steps": steps} if steps else {"time": budget})
     command = [sys.executable, __file__, "--child", json.dumps(given), "--clock", clock]
     if processes > 1:
         from models.translate.launch import mpiexec
@@ -187,10 +201,15 @@ def decoding_text(chosen: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="?")
-    parser.add_argument("--time", default="10m", help="each run's budget (default 10m)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--time", default="10m", help="each run's budget (default 10m)")
+    length.add_argument("--steps", type=int, help="instead of --time: each row trains exactly this many steps, so "
+                                                  "that its figures depend on its seed alone, not on the machine's "
+                                                  "speed (a row with steps of its own keeps them)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--rows", default=",".join(ROWS))
-    parser.add_argument("--seeds", type=int, default=2, help="seeds of the defaults' row (default 2)")
+    parser.add_argument("--seeds", type=int, help="seeds of every row given (default: 2 for the defaults' row, 1 "
+                                                   "for the others)")
     parser.add_argument("--jobs", type=int, default=1, help="rows run at a time (default 1)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -199,26 +218,34 @@ def main() -> None:
         return
     if not args.corpus or not Path(args.corpus).is_file():
         parser.error(f"give the corpus file to train on: {args.corpus!r} is not a file")
+    for name in ("seeds", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
     rows = args.rows.split(",")
     unknown = set(rows) - set(ROWS)
     if unknown:
         parser.error(f"unknown rows {sorted(unknown)}; known: {', '.join(ROWS)}")
     clock = "CPU seconds" if args.clock == "cpu" else "wall seconds"
-    print(f"{Path(args.corpus).name}, --time {args.time} ({clock}); test BLEU with greedy search, beam 4 and the "
+    length = f"{args.steps:,} steps" if args.steps else f"--time {args.time} ({clock})"
+    print(f"{Path(args.corpus).name}, {length}; test BLEU with greedy search, beam 4 and the "
           f"decoding chosen on the validation set\n")
     print("| run | steps | BLEU greedy | BLEU beam 4 | BLEU chosen (decoding) | chrF | CPU s |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = [(row, 0) for row in rows if row != "defaults"]
-        jobs += [("defaults", seed) for seed in range(args.seeds)] if "defaults" in rows else []
+        def seeds(row: str) -> int:
+            return args.seeds or (2 if row == "defaults" else 1)
+
+        jobs = [(row, seed) for row in rows if row != "defaults" for seed in range(seeds(row))]
+        jobs += [("defaults", seed) for seed in range(seeds("defaults"))] if "defaults" in rows else []
         def run(job: tuple[str, int]) -> dict:
             row, seed = job
-            return measure(args.corpus, row, seed, args.time, args.clock, Path(tmp) / f"{row}-{seed}")
+            return measure(args.corpus, row, seed, args.time, args.clock, Path(tmp) / f"{row}-{seed}", args.steps)
 
         with ThreadPoolExecutor(args.jobs) as pool:
             results = pool.map(run, jobs)
             for (row, seed), r in zip(jobs, results):  # in order, each as soon as it and those above are done
-                print(f"| {ROWS[row][0]}{f', seed {seed}' if row == 'defaults' else ''} | {r['steps']:,} "
+                named = row == "defaults" or seeds(row) > 1
+                print(f"| {ROWS[row][0]}{f', seed {seed}' if named else ''} | {r['steps']:,} "
                       f"| {r['greedy']['bleu']:.1f} | {r['beam 4']['bleu']:.1f} | {r['chosen']['bleu']:.1f} "
                       f"({decoding_text(r['decoding'])}) | {r['chosen']['chrf']:.1f} | {r['cpu_s']:.0f} |",
                       flush=True)
@@ -236,8 +263,11 @@ def table_name() -> str:
     """docs/results/<this>.md: "corpus" for every row, else named after the rows run."""
     peek = argparse.ArgumentParser(add_help=False)
     peek.add_argument("--rows", default=",".join(ROWS))
-    rows = peek.parse_known_args()[0].rows.split(",")
-    return "corpus" if set(rows) == set(ROWS) else "-".join(["corpus", *rows])
+    peek.add_argument("--steps")
+    given = peek.parse_known_args()[0]
+    rows = given.rows.split(",")
+    name = "corpus" if set(rows) == set(ROWS) else "-".join(["corpus", *rows])
+    return f"{name}-{given.steps}-steps" if given.steps else name
 
 
 if __name__ == "__main__":
