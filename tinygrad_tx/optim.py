@@ -223,10 +223,11 @@ class Adam(Optimizer):
 
     def _update(self, param, grad, state, xp, decays):
         beta1, beta2 = self.betas
-        if self.weight_decay and decays and self.decoupled_weight_decay:
-            param *= 1 - self.lr * self.weight_decay  # AdamW: shrink the weights directly
-        elif self.weight_decay and decays:
-            grad = grad + self.weight_decay * param  # Adam: an L2 penalty in the gradient
+        if self.weight_decay and decays:
+            if self.decoupled_weight_decay:
+                param *= 1 - self.lr * self.weight_decay  # AdamW: shrink the weights directly
+            else:
+                grad = grad + self.weight_decay * param  # Adam: an L2 penalty in the gradient
         if not state:
             state["m"], state["v"] = xp.zeros_like(param), xp.zeros_like(param)
         m, v = state["m"], state["v"]
