@@ -12,10 +12,12 @@ the time then.
 
 The budget covers the whole `train` command, from reading the corpus to the final report;
 `FINAL_SHARE` of it is kept for what follows the last step (choosing the decoding on the
-validation set, and the report on the test set), and half as much again for each model of
-an ensemble after the first (`train --members`), whose decoding runs each of them (two models
-on the Tatoeba list: 43 s to choose, 17 s for the report, of 600). If the machine gets slower than measured,
-training stops at the end of its share with the model it has (and `--resume` can finish it).
+validation set, and the report on the test set). Every rank of the job translates a share of
+those sentences (sharing.py) with every model of the run, so an ensemble of as many models
+as processes (`train --members`, a model each) needs the time of one model on one process,
+and half as much again is kept for each model a rank decodes beyond the first (three models
+on two processes). If the machine gets slower than measured, training stops at the end of its
+share with the model it has (and `--resume` can finish it).
 """
 from __future__ import annotations
 
@@ -64,11 +66,11 @@ def process_started() -> float:
 class Budget:
     """The clock of a run with `seconds` of wall time from `started` (both from `clock`)."""
 
-    def __init__(self, seconds: float, started: float, models: int = 1):
-        """`models`: how many the final decoding runs (an ensemble's): each after the first adds half
-        of FINAL_SHARE."""
+    def __init__(self, seconds: float, started: float, models: int = 1, processes: int = 1):
+        """`models`: how many the final decoding runs (an ensemble's), its sentences shared by
+        `processes` ranks: each model a rank decodes beyond the first adds half of FINAL_SHARE."""
         self.seconds, self.started = seconds, started
-        final = FINAL_SHARE * (1 + models) / 2
+        final = FINAL_SHARE * max(1.0, (1 + models / processes) / 2)
         self.training_ends = started + seconds * (1 - final)  # then decoding is chosen, and reported
 
     @property

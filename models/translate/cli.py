@@ -34,6 +34,7 @@ from ..text.tokenization import KINDS
 from .budget import process_started
 from .launch import INSTALL_HINT, STARTED, auto_members, auto_processes, can_launch, launch
 from .training import Trainer
+from .sharing import translate_shared
 from .tuning import keep_decoding
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
@@ -234,10 +235,10 @@ def run_train(args: argparse.Namespace) -> None:
         say(f"--time {settings.time} ran out at step {trainer.step} of the {settings.steps} it chose (the machine got "
             f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
     say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
-    if trainer.main:
-        chosen = keep_decoding(trainer.dir, settings, trainer.budget)
-        say(describe_decoding(chosen))
-        report(open_run(trainer.dir, settings.device), (chosen["beam"], chosen["length_penalty"]), as_json=False)
+    chosen = keep_decoding(trainer.dir, settings, trainer.budget)  # every rank translates a share
+    say(describe_decoding(chosen))
+    report(together(open_run, trainer.dir, settings.device), (chosen["beam"], chosen["length_penalty"]),
+           as_json=False, shown=trainer.main)
 
 
 def choose_members(settings: TrainSettings) -> int:
@@ -338,14 +339,17 @@ def check_beam(beam: int | None) -> None:
 
 
 def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool = False,
-           sources: Sources | None = None) -> None:
+           sources: Sources | None = None, shown: bool = True) -> None:
     """Score the best checkpoint, decoding with (beam width, length penalty), on the held-out
-    test sources (or `sources`) against all their references and show a few translations."""
+    test sources (or `sources`) against all their references and show a few translations.
+    In an mpiexec job every rank translates a share (sharing.py); only a `shown` rank prints."""
     where = "given pairs" if sources is not None else "held-out test"
     sources = sources if sources is not None else run.held_out("test")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
     beam, penalty = decoding
-    outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam, length_penalty=penalty)
+    outputs = translate_shared(run, texts, beam, penalty)
+    if not shown:
+        return
     metrics = score(outputs, references, run.tokenizers[1])
     table = by_length(texts, outputs, references, run.tokenizers[0]) if lengths else []
     if as_json:

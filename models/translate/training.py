@@ -108,7 +108,8 @@ class Trainer:
         # --time: the steps are chosen once the run has timed itself (budget.py), at most
         # settings.steps, which until then stands in as the end the warm-up sees
         self.clock = clock
-        self.budget = Budget(parse_duration(settings.time), started, settings.members) if settings.time else None
+        self.budget = (Budget(parse_duration(settings.time), started, settings.members, dist.world_size())
+                       if settings.time else None)
         self.planned = self.budget is None
         self.timing = Timing(clock)
         self.lock = None
@@ -177,7 +178,7 @@ class Trainer:
         previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True))
         try:
             outcome = self._loop(progress, stop)
-            if self.ensemble:  # every model's checkpoints are written before rank 0 reads them all
+            if dist.world_size() > 1:  # every checkpoint is written before the ranks read them all (sharing.py)
                 dist.barrier()
             return outcome
         finally:

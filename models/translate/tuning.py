@@ -22,9 +22,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .budget import Budget
-from .evaluation import BEAM, LENGTH_PENALTY, score, translate
+import numpy as np
+
+import tinygrad_tx.distributed as dist
+
+from .evaluation import BEAM, LENGTH_PENALTY, score
+from .ranks import together
 from .run import Run, open_run, write_decoding
 from .settings import TrainSettings
+from .sharing import translate_shared
 
 WIDTHS = (BEAM, 1, 2, 6)
 """Beam widths tried, in this order (1: greedy search); on the Tatoeba list 8 scored as 6 did, at 1.3x
@@ -36,12 +42,14 @@ PENALTIES = (0.0, 1.0)
 def keep_decoding(directory: Path, settings: TrainSettings, budget: Budget | None,
                   clock: Callable[[], float] = time.perf_counter) -> dict:
     """Choose the decoding of the trained run in `directory` (by BLEU for a corpus, exact match for
-    a task; within a --time `budget`, leaving time for the test report) and keep it in run.json."""
-    run = open_run(directory, settings.device)
+    a task; within a --time `budget`, leaving time for the test report) and keep it in run.json.
+    Every rank of an mpiexec job calls it and translates its share (sharing.py); rank 0 writes."""
+    run = together(open_run, directory, settings.device)
     chosen = choose_decoding(run, "bleu" if settings.data else "exact_match",
                              budget.deadline if budget else None,
                              len(run.held_out("test")) / len(run.held_out("valid")), clock)
-    write_decoding(directory, chosen)
+    if dist.rank() == 0:
+        write_decoding(directory, chosen)
     return chosen
 
 
@@ -53,7 +61,9 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
 
     A tie goes to the usual decoding, then to the narrower beam; a perfect score ends the
     search. With a `deadline` (by `clock`), a try is started only if it, and then a report
-    `report_share` times as long as a validation pass with the chosen beam, would end before it."""
+    `report_share` times as long as a validation pass with the chosen beam, would end before it.
+    In an mpiexec job every rank calls it: the ranks share each try's sentences, and rank 0's
+    clock decides for all of them whether a try fits (each rank's alone could disagree)."""
     sources = run.held_out("valid")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
     tried: list[dict] = []
@@ -63,14 +73,15 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
         width cost so far (greedy search costs less than that: it has no beams to sort)."""
         return beam * max(t["seconds"] / t["beam"] for t in tried)
 
+    def fits(beam: int) -> bool:
+        widest = max(beam, _best(tried, metric)["beam"])
+        return clock() + seconds(beam) + report_share * seconds(widest) <= deadline
+
     def attempt(beam: int, penalty: float) -> None:
-        if deadline is not None and tried:
-            widest = max(beam, _best(tried, metric)["beam"])
-            if clock() + seconds(beam) + report_share * seconds(widest) > deadline:
-                return
+        if deadline is not None and tried and not dist.broadcast(np.array([fits(beam)], dtype=np.int64))[0]:
+            return
         begun = clock()
-        outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam,
-                            length_penalty=penalty)
+        outputs = translate_shared(run, texts, beam, penalty)
         metrics = score(outputs, references, run.tokenizers[1])
         tried.append({"beam": beam, "length_penalty": penalty, "bleu": round(metrics["bleu"], 2),
                       "chrf": round(metrics["chrf"], 2), "exact_match": round(metrics["exact_match"], 2),

@@ -137,7 +137,7 @@ def test_evaluate_shows_the_misses_as_well_as_the_right_ones(capsys, monkeypatch
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("a\tA\nb\tB\nc\tC\nd\tD\ne\tE\n")
     # the model's outputs, fixed so that the truth is known: three right, two wrong
-    monkeypatch.setattr(cli, "translate", lambda model, texts, *args, **kwargs: ["A", "x", "C", "y", "E"])
+    monkeypatch.setattr(cli, "translate_shared", lambda run, texts, *args: ["A", "x", "C", "y", "E"])
     code, report, err = run(capsys, "evaluate", "--run", str(out), "--data", str(pairs))
     assert code == 0, err
     assert "exact match 60.00%" in report

@@ -148,9 +148,13 @@ def test_members_need_a_process_each(monkeypatch, tmp_path):
         cli.train_processes(None, settings)
 
 
-def test_an_ensemble_keeps_more_of_the_budget_for_its_decoding():
-    """Its decoding is chosen and reported with every model: each after the first adds half a share."""
+def test_an_ensemble_keeps_more_of_the_budget_for_its_decoding_unless_its_ranks_share_it():
+    """Its decoding is chosen and reported with every model: each a rank decodes beyond the first
+    adds half a share, and the ranks of a job share the sentences (sharing.py)."""
     assert Budget(600, 0.0).training_ends == pytest.approx(600 * (1 - FINAL_SHARE))
     assert Budget(600, 0.0, models=2).training_ends == pytest.approx(600 * (1 - 1.5 * FINAL_SHARE))
     assert Budget(600, 0.0, models=3).training_ends == pytest.approx(600 * (1 - 2 * FINAL_SHARE))
+    assert Budget(600, 0.0, models=2, processes=2).training_ends == pytest.approx(600 * (1 - FINAL_SHARE))
+    assert Budget(600, 0.0, models=3, processes=2).training_ends == pytest.approx(600 * (1 - 1.25 * FINAL_SHARE))
+    assert Budget(600, 0.0, models=1, processes=2).training_ends == pytest.approx(600 * (1 - FINAL_SHARE))
 

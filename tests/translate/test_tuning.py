@@ -16,7 +16,7 @@ def fake(monkeypatch):
     clock = SimpleNamespace(now=0.0)
 
     def choose(scores: dict, metric="bleu", deadline=None, report_share=0.0):
-        def translate(model, texts, src_vocab, tgt_vocab, tokenizers, beam, length_penalty):
+        def translate_shared(run, texts, beam, length_penalty):
             clock.now += beam  # a try takes its width in seconds
             return [(beam, length_penalty)] * len(texts)
 
@@ -24,7 +24,7 @@ def fake(monkeypatch):
             value = scores[outputs[0]]
             return {"bleu": value, "chrf": value, "exact_match": value}
 
-        monkeypatch.setattr(tuning, "translate", translate)
+        monkeypatch.setattr(tuning, "translate_shared", translate_shared)
         monkeypatch.setattr(tuning, "score", score)
         run = SimpleNamespace(held_out=lambda split: [("a source", ["a reference"])], model=None, src_vocab=None,
                               tgt_vocab=None, tokenizers=(None, None))
