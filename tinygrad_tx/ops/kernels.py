@@ -1,8 +1,10 @@
-"""Fast reductions over the last axis for the fused ops' raw-array code (NumPy or CuPy).
+"""Fast routes for the ops' raw-array code (NumPy or CuPy): reductions over the last axis,
+and GELU's tanh form.
 
-Each computes what a plain `x.sum(axis=-1)` or `x.max(axis=-1)` computes, by a route
-that was measurably faster here on the short rows a small Transformer reduces over and
-over (a model's width, a query's keys); each docstring gives its measured reason. They are
+Each reduction computes what a plain `x.sum(axis=-1)` or `x.max(axis=-1)` computes, by a
+route that was measurably faster here on the short rows a small Transformer reduces over and
+over (a model's width, a query's keys); `gelu_tanh` and `gelu_tanh_grad` compute the
+formulas of ops/unary.py's Gelu in place. Each docstring gives its measured reason. They are
 kept apart from the op files so that those read as the math and its gradient.
 """
 from __future__ import annotations
@@ -78,3 +80,41 @@ def row_max(xp, x):
             xp.maximum(half[..., :1], top[..., -1:], out=half[..., :1])
         top = half
     return top if top is not x else x.copy()
+
+
+GELU_A = 0.044715  # of the tanh form's cubic: u = √(2/π)·(x + A·x³)
+
+
+def gelu_tanh(xp, x, sqrt_2_over_pi):
+    """(y, t) of GELU's tanh form, y = ½x·(1 + t), t = tanh(u), u = √(2/π)·(x + A·x³), in place:
+    u as x·(√(2/π)·A·x² + √(2/π)), with two new arrays and no temporary. On a (672, 512) float32
+    array, a feed-forward layer's activations: 0.6 ms instead of 0.93 for the formula as
+    written (each operator a new array)."""
+    t = x * x
+    t *= sqrt_2_over_pi * GELU_A
+    t += sqrt_2_over_pi
+    t *= x
+    xp.tanh(t, out=t)
+    y = t + 1
+    y *= x
+    y *= 0.5
+    return y, t
+
+
+def gelu_tanh_grad(xp, g, x, t, sqrt_2_over_pi):
+    """g·(½(1 + t) + ½x·(1 - t²)·u'), u' = √(2/π)·(1 + 3A·x²), GELU tanh form's gradient, from
+    forward's t, as ½g·(x(1 - t²)u' + t + 1) in place: 0.76 ms instead of 2.9 on the array
+    above. Together with `gelu_tanh`, a training step of the 18k-pair Tatoeba corpus's model
+    (4 such layers) took 106 ms instead of 119 (ReLU: 102)."""
+    du = x * x
+    du *= 3 * GELU_A * sqrt_2_over_pi
+    du += sqrt_2_over_pi
+    s = t * t
+    xp.subtract(1, s, out=s)
+    s *= du
+    s *= x
+    s += t
+    s += 1
+    s *= 0.5
+    s *= g
+    return s
