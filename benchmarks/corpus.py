@@ -20,7 +20,9 @@ one) weigh two changes tried after the ensemble, alone and together: a weight de
 one-linear, one-exempt and one-both two changes tried after that: the learning rate falling
 in a straight line to 0 instead of a cosine to 5% (not a default), and the weight decay kept
 off biases and LayerNorm (now a default); one-8-heads and one-16-heads, more attention heads
-of fewer dimensions each (not a default). Every
+of fewer dimensions each (not a default); one-gelu and one-gelu-tanh, GELU instead of ReLU in
+the feed-forward layers, exact and in its tanh form (now a default; the rows before it keep
+ReLU, as they measured it). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -66,19 +68,20 @@ def per_5_pairs(n_pairs: int) -> int:
 # The defaults of a time before a change, pinned so that a row keeps meaning what it measured:
 # "decay_all" is not a setting of train's, but what the trainer did before it kept the weight
 # decay off biases and LayerNorm (`child` applies it)
-COSINE_ALL = {"schedule": "cosine", "decay_all": True}  # before the decay spared biases and LayerNorm
-BEFORE = {"weight_decay": 0.0, "schedule": "cosine"}  # before weight decay
+RELU = {"activation": "relu"}  # before GELU
+COSINE_ALL = {"schedule": "cosine", "decay_all": True, **RELU}  # before the decay spared biases and LayerNorm
+BEFORE = {"weight_decay": 0.0, "schedule": "cosine", **RELU}  # before weight decay
 # name -> (what the row is, the settings it gives, processes); every row but "before" has --time
 ROWS = {
     "before": ("before: 4,000 steps", {"steps": 4000, **BEFORE}, 1),
-    "time": ("--time (a busy machine: 1 process)", {}, 1),
-    "sampling": ("--time, subword sampling 0.1", {"subword_sampling": 0.1}, 1),
+    "time": ("--time (a busy machine: 1 process)", {**RELU}, 1),
+    "sampling": ("--time, subword sampling 0.1", {"subword_sampling": 0.1, **RELU}, 1),
     "low-resource": ("--time, subword sampling 0.1, dropout 0.3, 1,200 pieces",
-                     {"subword_sampling": 0.1, "dropout": 0.3, "vocab_size": 1200}, 1),
-    "rdrop": ("--time, 2 processes, R-Drop (--rdrop 5)", {"rdrop": 5.0}, 2),
-    "tied": ("--time, 2 processes, output tied to the target embedding (--tie-output)", {"tie_output": True}, 2),
+                     {"subword_sampling": 0.1, "dropout": 0.3, "vocab_size": 1200, **RELU}, 1),
+    "rdrop": ("--time, 2 processes, R-Drop (--rdrop 5)", {"rdrop": 5.0, **RELU}, 2),
+    "tied": ("--time, 2 processes, output tied to the target embedding (--tie-output)", {"tie_output": True, **RELU}, 2),
     "data-parallel": ("--time, one model on 2 data-parallel processes (the defaults before ensembles)",
-                      {"members": 1}, 2),
+                      {"members": 1, **RELU}, 2),
     "defaults": ("the defaults on an idle 2-core machine: --time, an ensemble of 2 models, a process each",
                  {"members": 2}, 2),
     "one-before": ("one model, one process: a piece per 8 pairs, no weight decay (the defaults before)",
@@ -90,13 +93,18 @@ ROWS = {
     "one": ("one model, one process: a piece per 5 pairs, weight decay 0.3",
             {"members": 1, "vocab_size": per_5_pairs, **COSINE_ALL}, 1),
     "one-linear": ("one model, one process: weight decay 0.3 on every weight, the learning rate falling linearly "
-                   "to 0", {"members": 1, "schedule": "linear", "decay_all": True}, 1),
+                   "to 0", {"members": 1, "schedule": "linear", "decay_all": True, **RELU}, 1),
     "one-exempt": ("one model, one process: weight decay 0.3 but not on biases and LayerNorm, cosine to 5% "
-                   "(the defaults)", {"members": 1, "schedule": "cosine"}, 1),
-    "one-both": ("one model, one process: both", {"members": 1, "schedule": "linear"}, 1),
+                   "(the defaults then)", {"members": 1, "schedule": "cosine", **RELU}, 1),
+    "one-both": ("one model, one process: both", {"members": 1, "schedule": "linear", **RELU}, 1),
     "one-8-heads": ("one model, one process: 8 attention heads of 16 dimensions instead of 4 of 32",
-                    {"members": 1, "num_heads": 8}, 1),
-    "one-16-heads": ("one model, one process: 16 attention heads of 8 dimensions", {"members": 1, "num_heads": 16}, 1),
+                    {"members": 1, "num_heads": 8, **RELU}, 1),
+    "one-16-heads": ("one model, one process: 16 attention heads of 8 dimensions",
+                     {"members": 1, "num_heads": 16, **RELU}, 1),
+    "one-gelu": ("one model, one process: GELU (exact, by erf) instead of ReLU in the feed-forward layers",
+                 {"members": 1, "activation": "gelu"}, 1),
+    "one-gelu-tanh": ("one model, one process: GELU by its tanh approximation (the defaults)",
+                      {"members": 1, "activation": "gelu_tanh"}, 1),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
@@ -106,9 +114,10 @@ def child(given: dict, clock: str) -> None:
     sys.path.insert(0, str(REPO))
     import tinygrad_tx.distributed as dist
     from models.translate.budget import process_started
-    from models.translate.evaluation import score, translate
+    from models.translate.evaluation import score
     from models.translate.run import open_run
     from models.translate.settings import settings_for
+    from models.translate.sharing import translate_shared
     from models.translate.training import Trainer
     from models.translate.tuning import keep_decoding
 
@@ -129,18 +138,17 @@ def child(given: dict, clock: str) -> None:
         trainer.optimizer.no_decay = ()
     trainer.start()
     outcome = trainer.train(Silent())
-    if not trainer.main:
-        return
+    # every rank translates a share, as at the end of `train` (sharing.py); rank 0 scores and prints
     chosen = keep_decoding(trainer.dir, settings, trainer.budget, time.process_time if cpu else time.perf_counter)
     run = open_run(trainer.dir)
     sources = run.held_out("test")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
-    scores = {}
-    for name, (beam, penalty) in {"greedy": (1, 0.6), "beam 4": (4, 0.6),
-                                  "chosen": (chosen["beam"], chosen["length_penalty"])}.items():
-        outputs = translate(run.model, texts, run.src_vocab, run.tgt_vocab, run.tokenizers, beam,
-                            length_penalty=penalty)
-        scores[name] = score(outputs, references, run.tokenizers[1])
+    outputs = {name: translate_shared(run, texts, beam, penalty)
+               for name, (beam, penalty) in {"greedy": (1, 0.6), "beam 4": (4, 0.6),
+                                             "chosen": (chosen["beam"], chosen["length_penalty"])}.items()}
+    if not trainer.main:
+        return
+    scores = {name: score(out, references, run.tokenizers[1]) for name, out in outputs.items()}
     print(json.dumps({"outcome": outcome, "steps": trainer.step, "processes": dist.world_size(),
                       "decoding": chosen, **{name: {"bleu": m["bleu"], "chrf": m["chrf"]} for name, m in
                                              scores.items()}}))

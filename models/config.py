@@ -25,7 +25,7 @@ class LayerConfig:
     dropout: float = 0.1
     max_len: int = 512
     norm_first: bool = False  # False: post-LN, as in the paper; True: pre-LN
-    activation: str = "relu"  # of the feed-forward layers: "relu" or "gelu"
+    activation: str = "relu"  # of the feed-forward layers: "relu", "gelu" or "gelu_tanh" (layers.ACTIVATIONS)
 
 
 @dataclass

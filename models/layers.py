@@ -13,7 +13,13 @@ from tinygrad_tx import Tensor, nn
 from .attention import KVCache, MultiHeadAttention
 from .config import LayerConfig
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact: x·Φ(x), Φ by erf
+    # PyTorch's GELU(approximate="tanh"), GPT-2's: on a NumPy CPU, which has no erf, far cheaper than
+    # the exact one, for the same scores (docs/translate.md, "Your own corpus")
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 class FeedForward(nn.Module):

@@ -7,6 +7,7 @@ written out here. Logits must agree to 1e-6 and every parameter's gradient to
 follow the same loss curve; and second derivatives, a Hessian-vector product of the
 loss through the whole model, must agree with PyTorch's double backward to 1e-8.
 """
+import functools
 import math
 
 import numpy as np
@@ -96,6 +97,10 @@ def max_grad_diff(pairs):
 
 # -- twins ---------------------------------------------------------------------------
 
+TORCH_ACTIVATIONS = {"relu": "relu", "gelu": "gelu",
+                     "gelu_tanh": functools.partial(torch.nn.functional.gelu, approximate="tanh")}
+
+
 class TorchSeq2Seq(torch.nn.Module):
     """torch.nn.Transformer with our embedding recipe (√d scaling, sinusoids) and output layer."""
 
@@ -104,7 +109,8 @@ class TorchSeq2Seq(torch.nn.Module):
         c = model.config
         self.d_model = c.d_model
         self.core = torch.nn.Transformer(c.d_model, c.num_heads, c.num_encoder_layers, c.num_decoder_layers,
-                                         c.d_ff, dropout=0.0, activation=c.activation, batch_first=True,
+                                         c.d_ff, dropout=0.0, activation=TORCH_ACTIVATIONS[c.activation],
+                                         batch_first=True,
                                          norm_first=c.norm_first, dtype=torch.float64)
         if not c.norm_first:  # the paper's post-LN stacks have no final LayerNorm; torch always adds one
             self.core.encoder.norm = self.core.decoder.norm = None
@@ -183,19 +189,22 @@ def padded_batch(rng, B, S, T, vocab):
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def make_model(norm_first, tie=False, seed=0):
+def make_model(norm_first, tie=False, seed=0, activation="relu"):
     tx.manual_seed(seed)
     model = Transformer(11, 13, d_model=D, num_heads=H, num_encoder_layers=2, num_decoder_layers=2, d_ff=FF,
-                        dropout=0.0, max_len=32, pad_id=PAD, norm_first=norm_first, tie_embeddings=tie)
+                        dropout=0.0, max_len=32, pad_id=PAD, norm_first=norm_first, tie_embeddings=tie,
+                        activation=activation)
     return to_float64(model)
 
 
 # -- tests ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("norm_first,tie", [(False, False), (True, False), (False, True)],
-                         ids=["post-LN", "pre-LN", "post-LN-tied"])
-def test_transformer_matches_torch_logits_and_every_gradient(norm_first, tie):
-    model = make_model(norm_first, tie)
+@pytest.mark.parametrize("norm_first,tie,activation", [(False, False, "relu"), (True, False, "relu"),
+                                                       (False, True, "relu"), (False, False, "gelu"),
+                                                       (False, False, "gelu_tanh")],
+                         ids=["post-LN", "pre-LN", "post-LN-tied", "post-LN-gelu", "post-LN-gelu-tanh"])
+def test_transformer_matches_torch_logits_and_every_gradient(norm_first, tie, activation):
+    model = make_model(norm_first, tie, activation=activation)
     twin = TorchSeq2Seq(model)
     check_coverage(model, twin, twin.pairs)
     src, tgt_in, tgt_out = padded_batch(np.random.default_rng(1), 4, 7, 6, 11)

@@ -14,6 +14,7 @@ from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
 from .test_cli import Quiet
+from .test_corpus_cli import write_anki
 
 SMALL = dict(task="copy", steps=8, eval_every=4, d_model=8, num_heads=2, num_encoder_layers=1,
              num_decoder_layers=2, d_ff=8, n_train=40, n_held_out=5, lr=3e-3, warmup=2)
@@ -22,7 +23,8 @@ SMALL = dict(task="copy", steps=8, eval_every=4, d_model=8, num_heads=2, num_enc
 def test_the_model_settings_are_the_configs_own_names():
     config = {f.name for f in fields(TransformerConfig)}
     options = TrainSettings().model_options()
-    assert {"d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "dropout"} == set(options)
+    assert {"d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "activation",
+            "dropout"} == set(options)
     assert set(options) <= config
 
 
@@ -99,3 +101,30 @@ def test_a_resumed_run_keeps_its_weight_decay(tmp_path):
     assert settings_for({"out": str(out), "resume": True}).weight_decay == 0.1
     with pytest.raises(RunError, match="weight_decay 0.1, not 0.0"):
         settings_for({"out": str(out), "resume": True, "weight_decay": 0.0})
+
+
+def test_the_activation_reaches_the_model_and_a_run_from_before_it_resumes_with_relu(tmp_path):
+    """--activation builds the feed-forward layers with it, a corpus defaults to gelu_tanh, a task
+    to relu; a run.json written before --activation (its models were relu) resumes as relu, and
+    refuses another."""
+    trainer = Trainer(TrainSettings(**{**SMALL, "activation": "gelu_tanh"}, out=str(tmp_path / "gelu")))
+    assert trainer.model.module.config.activation == "gelu_tanh"
+    x = tx.Tensor([-1.0, 0.0, 2.0])
+    assert trainer.model.module.encoder.layers[0].ff.activation(x).numpy() == pytest.approx(
+        [-0.158808, 0.0, 1.954598], abs=1e-6)  # PyTorch's gelu(x, approximate="tanh")
+    assert settings_for({"task": "copy"}).activation == "relu"
+    corpus = write_anki(tmp_path / "fra.txt")
+    assert settings_for({"data": str(corpus)}).activation == "gelu_tanh"
+    assert settings_for({"data": str(corpus), "activation": "relu"}).activation == "relu"
+    out = tmp_path / "old"
+    trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
+    trainer.start()
+    trainer.train(Quiet())
+    run = json.loads((out / "run.json").read_text())
+    del run["settings"]["activation"]
+    (out / "run.json").write_text(json.dumps(run))
+    assert settings_for({"out": str(out), "resume": True}).activation == "relu"
+    with pytest.raises(RunError, match="trained with activation 'relu', not 'gelu'"):
+        settings_for({"out": str(out), "resume": True, "activation": "gelu"})
+    with pytest.raises(ValueError, match="--activation must be one of"):
+        settings_for({"task": "copy", "activation": "swish"})
