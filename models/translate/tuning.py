@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .budget import Budget
 import numpy as np
 
 import tinygrad_tx.distributed as dist
 
+from .budget import Budget
 from .evaluation import BEAM, LENGTH_PENALTY, score
 from .ranks import together
 from .run import Run, open_run, write_decoding
