@@ -139,8 +139,8 @@ def child(given: dict, clock: str) -> None:
     trainer.start()
     outcome = trainer.train(Silent())
     # every rank translates a share, as at the end of `train` (sharing.py); rank 0 scores and prints
-    chosen = keep_decoding(trainer.dir, settings, trainer.budget, time.process_time if cpu else time.perf_counter)
     run = open_run(trainer.dir)
+    chosen = keep_decoding(run, settings, trainer.budget, time.process_time if cpu else time.perf_counter)
     sources = run.held_out("test")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
     outputs = {name: translate_shared(run, texts, beam, penalty)

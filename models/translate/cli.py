@@ -235,10 +235,10 @@ def run_train(args: argparse.Namespace) -> None:
         say(f"--time {settings.time} ran out at step {trainer.step} of the {settings.steps} it chose (the machine got "
             f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
     say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
-    chosen = keep_decoding(trainer.dir, settings, trainer.budget)  # every rank translates a share
+    run = together(open_run, trainer.dir, settings.device)  # every rank translates a share (sharing.py)
+    chosen = keep_decoding(run, settings, trainer.budget)
     say(describe_decoding(chosen))
-    report(together(open_run, trainer.dir, settings.device), (chosen["beam"], chosen["length_penalty"]),
-           as_json=False, shown=trainer.main)
+    report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
 
 
 def choose_members(settings: TrainSettings) -> int:

@@ -1,7 +1,7 @@
 """Translating on every rank of an `mpiexec` job: `train`'s last beam searches, shared out.
 
 A run ends by choosing its decoding on the validation set and reporting on the test set
-(tuning.py, `report`). Those beam searches took rank 0 alone about 60 s of a ten-minute run
+(tuning.py, `report`). Those beam searches took rank 0 alone 60 to 80 s of a ten-minute run
 on the Tatoeba list, two models' ensemble, while the other rank waited. By then every rank
 can read every model of the run (the ranks of an ensemble wait for each other's
 checkpoints; data-parallel ranks share one), so each rank translates every world_size-th

@@ -178,8 +178,7 @@ class Trainer:
         previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True))
         try:
             outcome = self._loop(progress, stop)
-            if dist.world_size() > 1:  # every checkpoint is written before the ranks read them all (sharing.py)
-                dist.barrier()
+            dist.barrier()  # every checkpoint is written before the ranks read them all (sharing.py)
             return outcome
         finally:
             signal.signal(signal.SIGINT, previous)

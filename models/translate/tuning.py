@@ -18,7 +18,6 @@ against width is in run.json.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,8 +26,7 @@ import tinygrad_tx.distributed as dist
 
 from .budget import Budget
 from .evaluation import BEAM, LENGTH_PENALTY, score
-from .ranks import together
-from .run import Run, open_run, write_decoding
+from .run import Run, write_decoding
 from .settings import TrainSettings
 from .sharing import translate_shared
 
@@ -39,17 +37,16 @@ PENALTIES = (0.0, 1.0)
 """Length penalties tried at the best width, besides LENGTH_PENALTY."""
 
 
-def keep_decoding(directory: Path, settings: TrainSettings, budget: Budget | None,
+def keep_decoding(run: Run, settings: TrainSettings, budget: Budget | None,
                   clock: Callable[[], float] = time.perf_counter) -> dict:
-    """Choose the decoding of the trained run in `directory` (by BLEU for a corpus, exact match for
-    a task; within a --time `budget`, leaving time for the test report) and keep it in run.json.
+    """Choose the decoding of the trained `run` (by BLEU for a corpus, exact match for a task;
+    within a --time `budget`, leaving time for the test report) and keep it in its run.json.
     Every rank of an mpiexec job calls it and translates its share (sharing.py); rank 0 writes."""
-    run = together(open_run, directory, settings.device)
     chosen = choose_decoding(run, "bleu" if settings.data else "exact_match",
                              budget.deadline if budget else None,
                              len(run.held_out("test")) / len(run.held_out("valid")), clock)
     if dist.rank() == 0:
-        write_decoding(directory, chosen)
+        write_decoding(run.directory, chosen)
     return chosen
 
 

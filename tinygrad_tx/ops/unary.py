@@ -130,9 +130,10 @@ class Gelu(Function):
         return x * self.cdf
 
     def backward(self, g, x):
-        if self.approximate == "tanh" and not self.creating_graph:
-            return (gelu_tanh_grad(self.xp, g, x, self.t, SQRT_2_OVER_PI),)  # the formula below, in place (kernels.py)
-        if self.approximate == "tanh":  # on Tensors (create_graph), t again from x, as a node
+        if self.approximate == "tanh":
+            if not self.creating_graph:
+                return (gelu_tanh_grad(self.xp, g, x, self.t, SQRT_2_OVER_PI),)  # the formula below, in place (kernels.py)
+            # on Tensors (create_graph), t again from x, as a node
             t = self.xp.tanh(SQRT_2_OVER_PI * (x + GELU_A * x * x * x))  # x*x*x: NumPy's x**3 calls pow(), 60x slower
             du = SQRT_2_OVER_PI * (1 + 3 * GELU_A * x * x)  # d/dx of tanh's argument
             return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du),)
