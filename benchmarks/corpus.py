@@ -105,6 +105,12 @@ ROWS = {
                  {"members": 1, "activation": "gelu"}, 1),
     "one-gelu-tanh": ("one model, one process: GELU by its tanh approximation (the defaults)",
                       {"members": 1, "activation": "gelu_tanh"}, 1),
+    "one-pre-ln": ("one model, one process: pre-LN, x + f(norm(x)), instead of post-LN",
+                   {"members": 1, "norm_first": True}, 1),
+    "two-relu": ("an ensemble of 2 models, a process each: ReLU", {"members": 2, **RELU}, 2),
+    "two": ("an ensemble of 2 models, a process each: GELU, tanh form (the defaults)", {"members": 2}, 2),
+    "two-pre-ln": ("an ensemble of 2 models, a process each: GELU, tanh form, pre-LN",
+                   {"members": 2, "norm_first": True}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
@@ -202,6 +208,12 @@ def curve(run_dir: Path) -> list[tuple[int, float, float]]:
     return rows
 
 
+def chosen_on(decoding: dict) -> float:
+    """The validation BLEU of the decoding chosen (among those tried)."""
+    return next(t["bleu"] for t in decoding["tried"]
+                if (t["beam"], t["length_penalty"]) == (decoding["beam"], decoding["length_penalty"]))
+
+
 def decoding_text(chosen: dict) -> str:
     return "greedy" if chosen["beam"] == 1 else f"beam {chosen['beam']}, α {chosen['length_penalty']:g}"
 
@@ -236,9 +248,9 @@ def main() -> None:
     clock = "CPU seconds" if args.clock == "cpu" else "wall seconds"
     length = f"{args.steps:,} steps" if args.steps else f"--time {args.time} ({clock})"
     print(f"{Path(args.corpus).name}, {length}; test BLEU with greedy search, beam 4 and the "
-          f"decoding chosen on the validation set\n")
-    print("| run | steps | BLEU greedy | BLEU beam 4 | BLEU chosen (decoding) | chrF | CPU s |")
-    print("|---|---|---|---|---|---|---|")
+          f"decoding chosen on the validation set (and its validation BLEU)\n")
+    print("| run | steps | BLEU greedy | BLEU beam 4 | BLEU chosen (decoding) | chrF | validation BLEU | CPU s |")
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         def seeds(row: str) -> int:
             return args.seeds or (2 if row == "defaults" else 1)
@@ -256,7 +268,8 @@ def main() -> None:
                 named = row == "defaults" or seeds(row) > 1
                 print(f"| {ROWS[row][0]}{f', seed {seed}' if named else ''} | {r['steps']:,} "
                       f"| {r['greedy']['bleu']:.1f} | {r['beam 4']['bleu']:.1f} | {r['chosen']['bleu']:.1f} "
-                      f"({decoding_text(r['decoding'])}) | {r['chosen']['chrf']:.1f} | {r['cpu_s']:.0f} |",
+                      f"({decoding_text(r['decoding'])}) | {r['chosen']['chrf']:.1f} | {chosen_on(r['decoding']):.1f} "
+                      f"| {r['cpu_s']:.0f} |",
                       flush=True)
         if "defaults" in rows:
             print("\nBLEU against beam width (the defaults' run, seed 0, its chosen length penalty; width 1 is "

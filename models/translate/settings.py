@@ -87,6 +87,9 @@ class TrainSettings:
                                      "(its tanh approximation, cheaper on a CPU)",
                              Rule(lambda v: v in ACTIVATIONS, f"one of {tuple(ACTIVATIONS)}"), fixed=True,
                              choices=tuple(ACTIVATIONS), model=True)
+    norm_first: bool = option(False, "pre-LN: each sublayer reads a normalised copy of the residual stream, "
+                                     "x + f(norm(x)), instead of the paper's norm(x + f(x)) (post-LN)",
+                              fixed=True, model=True)
     dropout: float = option(0.1, "dropout probability", Rule(lambda v: 0 <= v < 1, "in [0, 1)"), model=True)
     lr: float = option(2e-3, "peak learning rate (warm-up, then --schedule's decay)",
                        Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
