@@ -24,7 +24,7 @@ def test_the_model_settings_are_the_configs_own_names():
     config = {f.name for f in fields(TransformerConfig)}
     options = TrainSettings().model_options()
     assert {"d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "activation",
-            "dropout"} == set(options)
+            "norm_first", "dropout"} == set(options)
     assert set(options) <= config
 
 
@@ -128,3 +128,28 @@ def test_the_activation_reaches_the_model_and_a_run_from_before_it_resumes_with_
         settings_for({"out": str(out), "resume": True, "activation": "gelu"})
     with pytest.raises(ValueError, match="--activation must be one of"):
         settings_for({"task": "copy", "activation": "swish"})
+
+
+def test_norm_first_builds_pre_ln_stacks_and_a_run_from_before_it_resumes_post_ln(tmp_path):
+    """--norm-first: every sublayer normalises its input, and each stack ends with a LayerNorm (a
+    pre-LN residual stream is never normalised otherwise); a run.json from before the option
+    resumes post-LN and refuses --norm-first."""
+    pre = Trainer(TrainSettings(**SMALL, norm_first=True, out=str(tmp_path / "pre"))).model.module
+    post = Trainer(TrainSettings(**SMALL, out=str(tmp_path / "post"))).model.module
+    assert pre.config.norm_first and not post.config.norm_first
+    assert pre.encoder.norm is not None and pre.decoder.norm is not None
+    assert post.encoder.norm is None and post.decoder.norm is None
+    first = (pre.encoder.layers[0], pre.decoder.layers[0])
+    assert all(r.norm_first for r in (first[0].attn_res, first[0].ff_res, first[1].attn_res, first[1].cross_res,
+                                      first[1].ff_res))
+    assert len(pre.parameters()) == len(post.parameters()) + 4  # two final LayerNorms: a gain and a shift each
+    out = tmp_path / "old"
+    trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
+    trainer.start()
+    trainer.train(Quiet())
+    run = json.loads((out / "run.json").read_text())
+    del run["settings"]["norm_first"]
+    (out / "run.json").write_text(json.dumps(run))
+    assert settings_for({"out": str(out), "resume": True}).norm_first is False
+    with pytest.raises(RunError, match="trained with norm_first False, not True"):
+        settings_for({"out": str(out), "resume": True, "norm_first": True})
