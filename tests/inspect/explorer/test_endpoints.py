@@ -647,5 +647,9 @@ def test_an_ensemble_run_translates_in_the_page_as_the_cli_does(tiny_run, tmp_pa
         first = run_cli("translate", "--run", str(tiny_run), "--beam", "3", sentence)
         assert cli.returncode == 0 and page["output"] == cli.stdout.strip()
         assert page["shows"]["checkpoint"] == "best.npz of each of 2 models (attention: the first's)"
+        assert page["shows"]["attention"] == "the first of the ensemble's 2 models"  # the maps' headings say so
         differs |= cli.stdout != first.stdout
     assert differs, "the test needs a second model that changes some translation"
+    (run / "members" / "2" / "best.npz").unlink()  # a finished run that lost a model: name the file, not "no checkpoint yet"
+    waiting = explorer.post["/api/translate"]({"sentence": "abcdefghij"})["waiting"]
+    assert waiting.startswith("members/2/best.npz is not there") and "first validation" not in waiting

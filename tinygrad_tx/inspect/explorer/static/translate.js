@@ -42,6 +42,7 @@
 
   function draw(root, t) {
     const out = root.querySelector("#translation");
+    const whose = t.shows && t.shows.attention ? `: ${t.shows.attention}` : "";  // an ensemble's maps are one model's
     const alignment = el("div", { class: "alignment" });
     out.replaceChildren(
       el("h3", {}, "pieces the model reads"),
@@ -49,7 +50,7 @@
       el("h3", {}, `translation (beam ${t.beam}, ${(t.seconds * 1000).toFixed(0)} ms)`),
       el("p", {}, el("span", { id: "output", class: "output" }, t.output),
         t.output ? null : el("span", { class: "note" }, "(nothing: the model's best guess is to stop at once)")),
-      el("h3", {}, "which source pieces each output piece looked at (cross-attention, last layer, mean of heads)"),
+      el("h3", {}, `which source pieces each output piece looked at (cross-attention, last layer, mean of heads)${whose}`),
       el("div", { class: "pieces" }, t.output_pieces.map((p, i) => el("button", {
         class: "piece", onclick: () => align(alignment, t, i) }, p))),
       alignment,
@@ -58,7 +59,7 @@
                ["hyp-pruned", "pruned: not among the best"], ["hyp-winner", "the winner's path"]]),
       el("p", { class: "note" }, "each box: the piece added and the log-probability of the whole candidate so far"),
       tree(t),
-      el("h3", {}, "attention, every layer and head"),
+      el("h3", {}, `attention, every layer and head${whose}`),
       attentionMaps(t.attention));
     align(alignment, t, 0);
   }
