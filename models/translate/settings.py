@@ -163,8 +163,11 @@ def corpus_defaults(n_pairs: int) -> dict:
     of 0.5 and feed-forward layers of 256 did not pay, and a tied output layer and 8 or 16 heads
     were within the noise). GELU instead of ReLU in the feed-forward layers scored higher on the
     test split with each of three seeds at 5,000 steps (+0.7 BLEU on average; +0.2 on validation;
-    not seen in two ten-minute runs of the ensemble), in its tanh form: the same scores as exact
-    GELU, whose erf NumPy lacks (a step 36% slower than ReLU's, the tanh form's 10%).
+    not seen in two ten-minute runs of the ensemble; at least as good as ReLU in the ensemble at
+    4,300 steps, both seeds and both splits), in its tanh form: the same scores as exact GELU,
+    whose erf NumPy lacks (a step 36% slower than ReLU's, the tanh form's 10%). Pre-LN
+    (--norm-first) scored higher on test and lower on validation, one model and the ensemble:
+    within the noise.
     The idle cores train an ensemble, a model each (launch.py).
     """
     small = n_pairs < 3000
