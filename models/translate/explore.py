@@ -161,10 +161,9 @@ class RunViews:
         others = []
         for number in range(2, n + 1):
             name = f"{MEMBERS}/{number}/best.npz"
-            if stamp(self.files.directory / name) is None:  # the first model has one: not "no checkpoint yet"
-                raise Waiting(f"{name} is not there: the ensemble's translation needs the best.npz of each of its "
-                              f"{n} models (each writes its own at its validations)")
-            others.append(self.checkpoints.get(name, "the ensemble's translation")[0])
+            missing = (f"{name} is not there: the ensemble's translation needs the best.npz of each of its {n} "
+                       "models (each writes its own at its validations)")  # the first has one: not "no checkpoint yet"
+            others.append(self.checkpoints.get(name, "the ensemble's translation", missing)[0])
         return Ensemble([model, *others]), {**about, "checkpoint": f"best.npz of each of {n} models (attention: the "
                                                                    f"first's)",
                                             "attention": f"the first of the ensemble's {n} models"}

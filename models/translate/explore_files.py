@@ -81,14 +81,15 @@ class Checkpoints:
         snapshots = [f"{SNAPSHOTS}/{path.name}" for path in sorted(directory.glob(f"{SNAPSHOTS}/step_*.npz"))]
         return snapshots + [name for name in reversed(CHECKPOINTS) if (directory / name).is_file()]
 
-    def get(self, name: str, what: str) -> tuple[Transformer, dict]:
+    def get(self, name: str, what: str, missing: str | None = None) -> tuple[Transformer, dict]:
         """The model of checkpoint `name` as it is now, and {"checkpoint", "step"}; `Waiting` (saying
-        that `what` waits for it) when the file is not there yet or cannot be read."""
+        that `what` waits for it) when the file is not there yet or cannot be read: `missing` says
+        why it is not there, if not because the run has not validated yet."""
         path = self.files.directory / name
         for _ in range(3):  # a file replaced while it was read is read again
             version = stamp(path)
             if version is None:
-                raise Waiting(FIRST_VALIDATION.format(what=what, every=self._every()))
+                raise Waiting(missing or FIRST_VALIDATION.format(what=what, every=self._every()))
             if name in self._loaded and self._loaded[name][0] == version:
                 self._loaded[name] = self._loaded.pop(name)  # looked at now: the last to go
                 return self._loaded[name][1:]

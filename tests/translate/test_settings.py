@@ -103,6 +103,17 @@ def test_a_resumed_run_keeps_its_weight_decay(tmp_path):
         settings_for({"out": str(out), "resume": True, "weight_decay": 0.0})
 
 
+def run_from_before(out, setting: str):
+    """A trained run in `out` whose run.json lacks `setting`, as one written before it existed."""
+    trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
+    trainer.start()
+    trainer.train(Quiet())
+    run = json.loads((out / "run.json").read_text())
+    del run["settings"][setting]
+    (out / "run.json").write_text(json.dumps(run))
+    return out
+
+
 def test_the_activation_reaches_the_model_and_a_run_from_before_it_resumes_with_relu(tmp_path):
     """--activation builds the feed-forward layers with it, a corpus defaults to gelu_tanh, a task
     to relu; a run.json written before --activation (its models were relu) resumes as relu, and
@@ -116,13 +127,7 @@ def test_the_activation_reaches_the_model_and_a_run_from_before_it_resumes_with_
     corpus = write_anki(tmp_path / "fra.txt")
     assert settings_for({"data": str(corpus)}).activation == "gelu_tanh"
     assert settings_for({"data": str(corpus), "activation": "relu"}).activation == "relu"
-    out = tmp_path / "old"
-    trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
-    trainer.start()
-    trainer.train(Quiet())
-    run = json.loads((out / "run.json").read_text())
-    del run["settings"]["activation"]
-    (out / "run.json").write_text(json.dumps(run))
+    out = run_from_before(tmp_path / "old", "activation")
     assert settings_for({"out": str(out), "resume": True}).activation == "relu"
     with pytest.raises(RunError, match="trained with activation 'relu', not 'gelu'"):
         settings_for({"out": str(out), "resume": True, "activation": "gelu"})
@@ -143,13 +148,7 @@ def test_norm_first_builds_pre_ln_stacks_and_a_run_from_before_it_resumes_post_l
     assert all(r.norm_first for r in (first[0].attn_res, first[0].ff_res, first[1].attn_res, first[1].cross_res,
                                       first[1].ff_res))
     assert len(pre.parameters()) == len(post.parameters()) + 4  # two final LayerNorms: a gain and a shift each
-    out = tmp_path / "old"
-    trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
-    trainer.start()
-    trainer.train(Quiet())
-    run = json.loads((out / "run.json").read_text())
-    del run["settings"]["norm_first"]
-    (out / "run.json").write_text(json.dumps(run))
+    out = run_from_before(tmp_path / "old", "norm_first")
     assert settings_for({"out": str(out), "resume": True}).norm_first is False
     with pytest.raises(RunError, match="trained with norm_first False, not True"):
         settings_for({"out": str(out), "resume": True, "norm_first": True})
