@@ -22,7 +22,10 @@ in a straight line to 0 instead of a cosine to 5% (not a default), and the weigh
 off biases and LayerNorm (now a default); one-8-heads and one-16-heads, more attention heads
 of fewer dimensions each (not a default); one-gelu and one-gelu-tanh, GELU instead of ReLU in
 the feed-forward layers, exact and in its tanh form (now a default; the rows before it keep
-ReLU, as they measured it). Every
+ReLU, as they measured it); one-pre-ln, and two-relu, two and two-pre-ln, pre-LN alone and an
+ensemble of two with ReLU, the defaults and pre-LN (not a default); one-outer-dropout and
+two-outer-dropout, dropout only on the embeddings and sublayer outputs, none on the attention
+weights and feed-forward activations (fairseq's defaults). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -71,6 +74,7 @@ def per_5_pairs(n_pairs: int) -> int:
 RELU = {"activation": "relu"}  # before GELU
 COSINE_ALL = {"schedule": "cosine", "decay_all": True, **RELU}  # before the decay spared biases and LayerNorm
 BEFORE = {"weight_decay": 0.0, "schedule": "cosine", **RELU}  # before weight decay
+OUTER_DROPOUT = {"attention_dropout": 0.0, "activation_dropout": 0.0}  # fairseq's defaults
 # name -> (what the row is, the settings it gives, processes); every row but "before" has --time
 ROWS = {
     "before": ("before: 4,000 steps", {"steps": 4000, **BEFORE}, 1),
@@ -107,10 +111,15 @@ ROWS = {
                       {"members": 1, "activation": "gelu_tanh"}, 1),
     "one-pre-ln": ("one model, one process: pre-LN, x + f(norm(x)), instead of post-LN",
                    {"members": 1, "norm_first": True}, 1),
+    "one-outer-dropout": ("one model, one process: dropout only on the embeddings and sublayer outputs, none on "
+                          "the attention weights and feed-forward activations",
+                          {"members": 1, **OUTER_DROPOUT}, 1),
     "two-relu": ("an ensemble of 2 models, a process each: ReLU", {"members": 2, **RELU}, 2),
     "two": ("an ensemble of 2 models, a process each: GELU, tanh form (the defaults)", {"members": 2}, 2),
     "two-pre-ln": ("an ensemble of 2 models, a process each: GELU, tanh form, pre-LN",
                    {"members": 2, "norm_first": True}, 2),
+    "two-outer-dropout": ("an ensemble of 2 models, a process each: GELU, tanh form, dropout only on the "
+                          "embeddings and sublayer outputs", {"members": 2, **OUTER_DROPOUT}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 

@@ -22,10 +22,22 @@ class LayerConfig:
     d_model: int = 512
     num_heads: int = 8
     d_ff: int = 2048
-    dropout: float = 0.1
+    dropout: float = 0.1  # on the embeddings and each sublayer's output, before its residual sum
+    attention_dropout: float | None = None  # on the attention weights; None: `dropout`
+    activation_dropout: float | None = None  # on the feed-forward layers' hidden activations; None: `dropout`
     max_len: int = 512
     norm_first: bool = False  # False: post-LN, as in the paper; True: pre-LN
     activation: str = "relu"  # of the feed-forward layers: "relu", "gelu" or "gelu_tanh" (layers.ACTIVATIONS)
+
+    @property
+    def attention_p(self) -> float:
+        """The dropout on the attention weights: `attention_dropout`, or `dropout` if that is None."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    @property
+    def activation_p(self) -> float:
+        """The dropout on the feed-forward activations: `activation_dropout`, or `dropout` if that is None."""
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
 
 
 @dataclass

@@ -31,7 +31,7 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model)
         self.activation = ACTIVATIONS[cfg.activation]
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.activation_p)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.linear1(x))  # (B, T, d_ff)
@@ -62,7 +62,7 @@ class EncoderLayer(nn.Module):
     """Self-attention, then feed-forward. With `causal=True` it is also a GPT block."""
 
     def __init__(self, cfg: LayerConfig):
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_p)
         self.ff = FeedForward(cfg)
         self.attn_res, self.ff_res = Residual(cfg), Residual(cfg)
 
@@ -77,8 +77,8 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder's memory, feed-forward."""
 
     def __init__(self, cfg: LayerConfig):
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_p)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_p)
         self.ff = FeedForward(cfg)
         self.attn_res, self.cross_res, self.ff_res = Residual(cfg), Residual(cfg), Residual(cfg)
 

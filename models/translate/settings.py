@@ -33,19 +33,23 @@ class Rule(NamedTuple):
 SCHEDULES = ("cosine", "linear")
 WHOLE = Rule(lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
 NOT_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
+PROBABILITY = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
+MAYBE_PROBABILITY = Rule(lambda v: v is None or 0 <= v < 1, "in [0, 1)")
 
 
 def option(default: Any, help: str, rule: Rule | None = None, *, fixed: bool = False, corpus: bool = False,
            choices: tuple | None = None, source: bool = False, cli: bool = True, saved: bool = True,
-           model: bool = False, metavar: str | None = None) -> Any:
+           model: bool = False, metavar: str | None = None, kind: type | None = None) -> Any:
     """A `TrainSettings` field with what the command line and the checks need to know of it.
 
     fixed: a resumed run must keep it (its data or its model); corpus: only for --data corpora
     (a task has its own tokenisation); source: one of the two ways to say what to train on;
     cli: it gets a flag of its own (--device is every command's); saved: it goes into run.json;
-    model: it goes to the model's config (`TransformerConfig`) under this very name."""
+    model: it goes to the model's config (`TransformerConfig`) under this very name; kind: the flag's
+    type, where the default (None) does not tell it."""
     return field(default=default, metadata=dict(help=help, rule=rule, fixed=fixed, corpus=corpus, choices=choices,
-                                                source=source, cli=cli, saved=saved, model=model, metavar=metavar))
+                                                source=source, cli=cli, saved=saved, model=model, metavar=metavar,
+                                                kind=kind))
 
 
 @dataclass
@@ -67,7 +71,7 @@ class TrainSettings:
                                      "fewer parameters", fixed=True)
     subword_sampling: float = option(0.0, "cut the training pairs into subwords anew each epoch: BPE-dropout's "
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
-                                     Rule(lambda v: 0 <= v < 1, "in [0, 1)"), fixed=True, corpus=True, metavar="ALPHA")
+                                     PROBABILITY, fixed=True, corpus=True, metavar="ALPHA")
     members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
                              "the same data), and translate with their ensemble: the mean of their probabilities; "
                              "a --data corpus's default: one per idle core, at most 4",
@@ -90,7 +94,14 @@ class TrainSettings:
     norm_first: bool = option(False, "pre-LN: each sublayer reads a normalised copy of the residual stream, "
                                      "x + f(norm(x)), instead of the paper's norm(x + f(x)) (post-LN)",
                               fixed=True, model=True)
-    dropout: float = option(0.1, "dropout probability", Rule(lambda v: 0 <= v < 1, "in [0, 1)"), model=True)
+    dropout: float = option(0.1, "dropout probability on the embeddings and on each sublayer's output (and, "
+                                 "unless told apart, on the attention weights and feed-forward activations)",
+                            PROBABILITY, model=True)
+    attention_dropout: float | None = option(None, "dropout on the attention weights (default: --dropout)",
+                                             MAYBE_PROBABILITY, model=True, kind=float, metavar="P")
+    activation_dropout: float | None = option(None, "dropout on the feed-forward layers' hidden activations "
+                                                    "(default: --dropout)",
+                                              MAYBE_PROBABILITY, model=True, kind=float, metavar="P")
     lr: float = option(2e-3, "peak learning rate (warm-up, then --schedule's decay)",
                        Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
     schedule: str = option("cosine", "the learning rate's decay after the warm-up: cosine, to 5%% of --lr, or "
@@ -196,7 +207,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                default=None, help=meta["help"])
             continue
         shown = "" if f.default is None else f" (default {f.default}{'*' if f.name in tuned else ''})"
-        kind = str if f.default is None else type(f.default)
+        kind = meta["kind"] or (str if f.default is None else type(f.default))
         metavar = meta["metavar"] or {int: "N", float: "X"}.get(kind)
         where.add_argument(flag(f.name), type=kind, default=None, choices=meta["choices"], metavar=metavar,
                            help=meta["help"] + shown)

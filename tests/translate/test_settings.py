@@ -24,7 +24,7 @@ def test_the_model_settings_are_the_configs_own_names():
     config = {f.name for f in fields(TransformerConfig)}
     options = TrainSettings().model_options()
     assert {"d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "activation",
-            "norm_first", "dropout"} == set(options)
+            "norm_first", "dropout", "attention_dropout", "activation_dropout"} == set(options)
     assert set(options) <= config
 
 
@@ -103,13 +103,14 @@ def test_a_resumed_run_keeps_its_weight_decay(tmp_path):
         settings_for({"out": str(out), "resume": True, "weight_decay": 0.0})
 
 
-def run_from_before(out, setting: str):
-    """A trained run in `out` whose run.json lacks `setting`, as one written before it existed."""
+def run_from_before(out, *settings: str):
+    """A trained run in `out` whose run.json lacks `settings`, as one written before they existed."""
     trainer = Trainer(TrainSettings(**SMALL, out=str(out)))
     trainer.start()
     trainer.train(Quiet())
     run = json.loads((out / "run.json").read_text())
-    del run["settings"][setting]
+    for setting in settings:
+        del run["settings"][setting]
     (out / "run.json").write_text(json.dumps(run))
     return out
 
@@ -152,3 +153,22 @@ def test_norm_first_builds_pre_ln_stacks_and_a_run_from_before_it_resumes_post_l
     assert settings_for({"out": str(out), "resume": True}).norm_first is False
     with pytest.raises(RunError, match="trained with norm_first False, not True"):
         settings_for({"out": str(out), "resume": True, "norm_first": True})
+
+
+def test_attention_and_activation_dropout_follow_dropout_unless_given(tmp_path):
+    """--attention-dropout and --activation-dropout reach the attention weights and the feed-forward
+    activations and nothing else; left out (and in a run from before them) both are --dropout's."""
+    def rates(model):
+        layer = model.decoder.layers[0]
+        return (model.encoder.embed.dropout.p, layer.attn_res.dropout.p, layer.self_attn.dropout,
+                layer.cross_attn.dropout, layer.ff.dropout.p)
+
+    apart = Trainer(TrainSettings(**SMALL, dropout=0.2, attention_dropout=0.0, activation_dropout=0.05,
+                                  out=str(tmp_path / "apart"))).model.module
+    assert rates(apart) == (0.2, 0.2, 0.0, 0.0, 0.05)
+    assert rates(Trainer(TrainSettings(**SMALL, dropout=0.2, out=str(tmp_path / "one"))).model.module) == (0.2,) * 5
+    out = run_from_before(tmp_path / "old", "attention_dropout", "activation_dropout")
+    resumed = settings_for({"out": str(out), "resume": True})
+    assert (resumed.attention_dropout, resumed.activation_dropout) == (None, None)
+    with pytest.raises(ValueError, match="--activation-dropout must be in \\[0, 1\\), not 1.0"):
+        settings_for({"task": "copy", "activation_dropout": 1.0})
