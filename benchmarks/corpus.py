@@ -71,10 +71,11 @@ def per_5_pairs(n_pairs: int) -> int:
 # The defaults of a time before a change, pinned so that a row keeps meaning what it measured:
 # "decay_all" is not a setting of train's, but what the trainer did before it kept the weight
 # decay off biases and LayerNorm (`child` applies it)
-RELU = {"activation": "relu"}  # before GELU
+EVERYWHERE = {"attention_dropout": None, "activation_dropout": None}  # before dropout spared attention and activations
+RELU = {"activation": "relu", **EVERYWHERE}  # before GELU
 COSINE_ALL = {"schedule": "cosine", "decay_all": True, **RELU}  # before the decay spared biases and LayerNorm
 BEFORE = {"weight_decay": 0.0, "schedule": "cosine", **RELU}  # before weight decay
-OUTER_DROPOUT = {"attention_dropout": 0.0, "activation_dropout": 0.0}  # fairseq's defaults
+OUTER_DROPOUT = {"attention_dropout": 0.0, "activation_dropout": 0.0}  # fairseq's defaults, and ours since
 # name -> (what the row is, the settings it gives, processes); every row but "before" has --time
 ROWS = {
     "before": ("before: 4,000 steps", {"steps": 4000, **BEFORE}, 1),
@@ -106,20 +107,21 @@ ROWS = {
     "one-16-heads": ("one model, one process: 16 attention heads of 8 dimensions",
                      {"members": 1, "num_heads": 16, **RELU}, 1),
     "one-gelu": ("one model, one process: GELU (exact, by erf) instead of ReLU in the feed-forward layers",
-                 {"members": 1, "activation": "gelu"}, 1),
-    "one-gelu-tanh": ("one model, one process: GELU by its tanh approximation (the defaults)",
-                      {"members": 1, "activation": "gelu_tanh"}, 1),
+                 {"members": 1, "activation": "gelu", **EVERYWHERE}, 1),
+    "one-gelu-tanh": ("one model, one process: GELU by its tanh approximation (the defaults then)",
+                      {"members": 1, "activation": "gelu_tanh", **EVERYWHERE}, 1),
     "one-pre-ln": ("one model, one process: pre-LN, x + f(norm(x)), instead of post-LN",
-                   {"members": 1, "norm_first": True}, 1),
+                   {"members": 1, "norm_first": True, **EVERYWHERE}, 1),
     "one-outer-dropout": ("one model, one process: dropout only on the embeddings and sublayer outputs, none on "
-                          "the attention weights and feed-forward activations",
+                          "the attention weights and feed-forward activations (the defaults now)",
                           {"members": 1, **OUTER_DROPOUT}, 1),
     "two-relu": ("an ensemble of 2 models, a process each: ReLU", {"members": 2, **RELU}, 2),
-    "two": ("an ensemble of 2 models, a process each: GELU, tanh form (the defaults)", {"members": 2}, 2),
+    "two": ("an ensemble of 2 models, a process each: GELU, tanh form (the defaults then)",
+            {"members": 2, **EVERYWHERE}, 2),
     "two-pre-ln": ("an ensemble of 2 models, a process each: GELU, tanh form, pre-LN",
-                   {"members": 2, "norm_first": True}, 2),
+                   {"members": 2, "norm_first": True, **EVERYWHERE}, 2),
     "two-outer-dropout": ("an ensemble of 2 models, a process each: GELU, tanh form, dropout only on the "
-                          "embeddings and sublayer outputs", {"members": 2, **OUTER_DROPOUT}, 2),
+                          "embeddings and sublayer outputs (the defaults now)", {"members": 2, **OUTER_DROPOUT}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 

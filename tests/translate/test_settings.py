@@ -157,7 +157,8 @@ def test_norm_first_builds_pre_ln_stacks_and_a_run_from_before_it_resumes_post_l
 
 def test_attention_and_activation_dropout_follow_dropout_unless_given(tmp_path):
     """--attention-dropout and --activation-dropout reach the attention weights and the feed-forward
-    activations and nothing else; left out (and in a run from before them) both are --dropout's."""
+    activations and nothing else; left out (for a task, and in a run from before them) both are
+    --dropout's, and a corpus's defaults set both to 0."""
     def rates(model):
         layer = model.decoder.layers[0]
         return (model.encoder.embed.dropout.p, layer.attn_res.dropout.p, layer.self_attn.dropout,
@@ -170,5 +171,8 @@ def test_attention_and_activation_dropout_follow_dropout_unless_given(tmp_path):
     out = run_from_before(tmp_path / "old", "attention_dropout", "activation_dropout")
     resumed = settings_for({"out": str(out), "resume": True})
     assert (resumed.attention_dropout, resumed.activation_dropout) == (None, None)
+    corpus = write_anki(tmp_path / "fra.txt")  # a corpus spares them (fairseq's defaults), a task does not
+    assert (settings_for({"data": str(corpus)}).attention_dropout, settings_for({"task": "copy"}).attention_dropout) \
+        == (0.0, None)
     with pytest.raises(ValueError, match="--activation-dropout must be in \\[0, 1\\), not 1.0"):
         settings_for({"task": "copy", "activation_dropout": 1.0})
