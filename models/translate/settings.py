@@ -34,7 +34,7 @@ SCHEDULES = ("cosine", "linear")
 WHOLE = Rule(lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
 NOT_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
 PROBABILITY = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
-MAYBE_PROBABILITY = Rule(lambda v: v is None or 0 <= v < 1, "in [0, 1)")
+MAYBE_PROBABILITY = Rule(lambda v: v is None or PROBABILITY.holds(v), PROBABILITY.wanted)  # None: follow another option
 
 
 def option(default: Any, help: str, rule: Rule | None = None, *, fixed: bool = False, corpus: bool = False,
@@ -97,7 +97,8 @@ class TrainSettings:
     dropout: float = option(0.1, "dropout probability on the embeddings and on each sublayer's output (and, "
                                  "unless told apart, on the attention weights and feed-forward activations)",
                             PROBABILITY, model=True)
-    attention_dropout: float | None = option(None, "dropout on the attention weights (default: --dropout; 0 for a --data corpus)",
+    attention_dropout: float | None = option(None, "dropout on the attention weights "
+                                                   "(default: --dropout; 0 for a --data corpus)",
                                              MAYBE_PROBABILITY, model=True, kind=float, metavar="P")
     activation_dropout: float | None = option(None, "dropout on the feed-forward layers' hidden activations "
                                                     "(default: --dropout; 0 for a --data corpus)",
