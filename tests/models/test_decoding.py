@@ -5,10 +5,13 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import tinygrad_tx as tx
 from models import GPT, EncoderClassifier, Transformer, beam_search, greedy_decode
-from models.decoding import gnmt_penalty
+from models.decoding import gnmt_penalty, top_k
 
 pytestmark = pytest.mark.usefixtures("on_each_device")
 
@@ -232,3 +235,18 @@ def test_decoding_copies_ids_not_scores_to_the_host(monkeypatch):
     copied.clear()
     beam_search(model, src, 9, BOS, EOS, beam_size=K)
     assert copied and all(shape == (B, 2 * K) for shape in copied)
+
+
+# few distinct values, so that ties (also across the cut) and -inf are common
+scores_with_ties = hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=2, max_side=30),
+                              elements=st.sampled_from([-np.inf, -2.0, -1.0, -0.5, 0.0, 3.0, np.nan]))
+
+
+@given(scores=scores_with_ties, k=st.integers(1, 35))
+@example(scores=np.array([[np.nan, 1.0, np.nan, 0.0]]), k=3)  # more kept than there are numbers
+def test_top_k_is_the_head_of_the_stable_sort(device, scores, k):
+    """The beam search's candidates without a full sort: the same positions in the same order as
+    argsort(-scores, kind="stable")[:, :k], ties at the cut and NaN included."""
+    xp = tx.get_backend(device).xp
+    expected = np.argsort(-scores, axis=-1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(tx.get_backend(device).to_host(top_k(xp, xp.asarray(scores), k)), expected)
