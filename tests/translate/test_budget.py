@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from models.translate.budget import FINAL_SHARE, Budget, parse_duration
+from models.translate.budget import EXIT_SHARE, FINAL_SHARE, Budget, parse_duration
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
@@ -32,7 +32,7 @@ def test_a_duration_without_a_unit_or_above_zero_is_refused(text):
 
 
 def test_the_steps_a_budget_buys():
-    """100 s from t=0: training ends at 90 s. At t=20 and step 200, steps of 0.05 s and a 1 s
+    """100 s from t=0: training ends at 90 s, the report by 98 s. At t=20 and step 200, steps of 0.05 s and a 1 s
     validation every 100 steps: (90 - 20 - 1) / (0.05 + 1/100) = 1150 more steps, unless --steps
     allows fewer; and at least one more (a run that is out of time ends with a validation)."""
     budget = Budget(100, started=0.0)
@@ -41,6 +41,7 @@ def test_the_steps_a_budget_buys():
     assert budget.steps(now=20, step=200, step_s=0.05, validation_s=1.0, eval_every=100, most=1000) == 1000
     assert budget.steps(now=89.9, step=200, step_s=0.05, validation_s=1.0, eval_every=100, most=5000) == 201
     assert not budget.training_over(89.9) and budget.training_over(90)
+    assert budget.deadline == 100 * (1 - EXIT_SHARE) == 98  # the report done, the processes have 2 s to exit
 
 
 class Clock:
