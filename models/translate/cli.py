@@ -31,8 +31,9 @@ from .run import Run, RunError, open_run
 from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
 from ..text.tokenization import KINDS
-from .budget import process_started
-from .launch import INSTALL_HINT, STARTED, auto_members, auto_processes, can_launch, launch
+from .budget import parse_duration, process_started
+from .launch import (ENSEMBLE_EPOCHS, INSTALL_HINT, STARTED, WIDE, auto_members, auto_processes, can_launch,
+                     epochs_a_model, launch)
 from .training import Trainer
 from .sharing import translate_shared
 from .tuning import keep_decoding
@@ -199,7 +200,7 @@ def run_train(args: argparse.Namespace) -> None:
     given = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
     settings = together(settings_for, given)  # under mpiexec: a bad argument is printed once
     if "members" not in given and not settings.resume and args.processes is None:
-        settings.members = processes = choose_members(settings)
+        settings.members, processes = choose_processes(settings)
         args.argv = [*args.argv, "--members", str(settings.members)]  # what every process it starts trains
     else:
         processes = train_processes(args.processes, settings)
@@ -241,16 +242,34 @@ def run_train(args: argparse.Namespace) -> None:
     report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
 
 
-def choose_members(settings: TrainSettings) -> int:
-    """The models a new run trains when --members is not given: for a corpus on the CPU, one per
-    idle core (`launch.auto_members`), where mpiexec can start them; for a task, one."""
+def choose_processes(settings: TrainSettings) -> tuple[int, int]:
+    """The models a new run trains and the processes it starts, when neither --members nor
+    --processes is given: for a corpus on the CPU, one process per idle core, where mpiexec can
+    start them, each training a model of an ensemble (`launch.auto_members`) if each would make at
+    least ENSEMBLE_EPOCHS epochs, else all training one model, data-parallel (`launch.auto_processes`);
+    for a task, one process and one model."""
     if dist.launched_by_mpi():
-        return 1  # an mpiexec job started by hand trains one model on its ranks, unless told --members
+        return 1, 1  # an mpiexec job started by hand trains one model on its ranks, unless told --members
     if settings.device != "cpu":
-        return 1  # idle CPU cores say nothing of a GPU: `--members N` puts N models on the GPUs
+        return 1, 1  # idle CPU cores say nothing of a GPU: `--members N` puts N models on the GPUs
+    passes = ensemble_epochs(settings)
+    if settings.data is not None and settings.d_model >= WIDE and passes < ENSEMBLE_EPOCHS:
+        wanted = auto_processes(True, settings.d_model, settings.batch_size)
+        return 1, for_idle_cores(wanted, f"training one model on {wanted} processes, data-parallel: a model of "
+                                         f"an ensemble would make {passes:.2g} epochs of this corpus, fewer than "
+                                         f"{ENSEMBLE_EPOCHS} (--members {wanted} for an ensemble)")
     wanted = auto_members(settings.data is not None, settings.d_model)
-    return for_idle_cores(wanted, f"training {wanted} models side by side, one process each, to translate with "
-                                  f"their ensemble (--members 1 for one model)")
+    members = for_idle_cores(wanted, f"training {wanted} models side by side, one process each, to translate "
+                                     f"with their ensemble (--members 1 for one model)")
+    return members, members
+
+
+def ensemble_epochs(settings: TrainSettings) -> float:
+    """About how many epochs each model of an ensemble would make of a --data corpus (0 for a task)."""
+    if settings.data is None:
+        return 0.0
+    pairs = len(read_corpus(settings.data, settings.src_col, settings.tgt_col).pairs)
+    return epochs_a_model(settings.steps, settings.batch_size, pairs, parse_duration(settings.time) if settings.time else None)
 
 
 def train_processes(requested: int | None, settings: TrainSettings) -> int:

@@ -8,14 +8,18 @@ On a busy machine it stays one process with one thread, as before: more processe
 free cores would only take turns, and slow both the run and whatever else is running
 (the reason for one BLAS thread: docs/benchmarks.md, the threads table).
 
-What the processes do: each trains a model of its own, and the run translates with their
-ensemble (`--members`, `auto_members`). Data parallelism, one model on all the processes
-(`--processes N`), was the default before: on the 18k-pair Tatoeba list (docs/translate.md,
-"Your own corpus") two data-parallel processes made 10,300 target tokens a second together,
-where one process alone makes 8,000, so a second model gets more out of the second core than
-a faster first one, and two models' ensemble scored 1 to 2 BLEU above one model on two
-Tatoeba lists. A toy task stays one process and one model unless told otherwise (its model
-is too small to gain from data parallelism, docs/distributed.md, and right already).
+What the processes do depends on how often a model would see the corpus (`auto_members`).
+Where each would make many epochs, each trains a model of its own, and the run translates with
+their ensemble (`--members`): on the 18k-pair Tatoeba list (docs/translate.md, "Your own
+corpus") two data-parallel processes made 10,300 target tokens a second together, where one
+process alone makes 8,000, so a second model gets more out of the second core than a faster
+first one (the first learns its pairs by heart before its ten minutes end), and two models'
+ensemble scored 1 to 2 BLEU above one model on two such lists. Where a model would see the
+corpus only a few times, the processes train one model, data-parallel (`--processes N`): its
+30% more tokens a second matter more than a second opinion (on 38k and 76k pairs it scored 2.4
+and 5.3 BLEU above the ensemble). A toy task stays one process and one model unless told
+otherwise (its model is too small to gain from data parallelism, docs/distributed.md, and right
+already).
 
 The processes started here take the budget of `--time` from when this command began
 (`STARTED`, in the environment they inherit).
@@ -29,6 +33,8 @@ import subprocess
 import sys
 import sysconfig
 import time
+
+from .budget import FINAL_SHARE
 
 INSTALL_HINT = 'pip install "tinygrad-tx[dist]"'
 STARTED = "TINYGRAD_TX_TRAIN_STARTED"
@@ -94,11 +100,32 @@ MAX_MEMBERS = 4
 `translate` and `evaluate` slow down with each, and an ensemble's gain shrinks with its size."""
 
 
+ENSEMBLE_EPOCHS = 10
+"""The fewest epochs each model of an ensemble should make: below, one data-parallel model is the
+default. `train --data` as written on three Tatoeba lists, two models against one model on both
+cores of the 2-core AMD machine (test BLEU): 18k pairs, 18 epochs a model of the ensemble, 47.5-48.6
+against 46.1-46.7 (one model, measured on the Intel machine); 38k pairs, 5 epochs, 37.1 against
+39.6; 76k pairs, 3 epochs, 41.7 against 47.0 (docs/translate.md)."""
+STEPS_A_SECOND = 5
+"""What a --time run guesses a model of an ensemble makes, to count its epochs before it has timed a
+step: the corpus defaults' 128-wide model made 5.3 steps a second of 96 pairs on the AMD machine
+(4 with a 3,900-piece vocabulary), about 8 on the Intel one."""
+
+
 def auto_members(corpus: bool, d_model: int) -> int:
     """The models of the ensemble `train` trains by default: one per idle core, up to MAX_MEMBERS,
     for a corpus model of at least WIDE (where it was measured to pay: a corpus of 3,000 pairs or
-    more); else one (a toy task's model is right already, and would only decode slower)."""
+    more, each model making at least ENSEMBLE_EPOCHS epochs, which the caller sees to); else one (a
+    toy task's model is right already, and would only decode slower)."""
     return min(idle_cores(), MAX_MEMBERS) if corpus and d_model >= WIDE else 1
+
+
+def epochs_a_model(steps: int, batch_size: int, pairs: int, seconds: float | None) -> float:
+    """The epochs a model of an ensemble would make over `pairs`: `steps` of `batch_size`, or with a
+    budget of `seconds`, as many as STEPS_A_SECOND fit in its training share, if fewer."""
+    if seconds is not None:
+        steps = min(steps, int(STEPS_A_SECOND * seconds * (1 - FINAL_SHARE)))
+    return steps * batch_size / max(1, pairs)
 
 
 def mpiexec() -> str | None:

@@ -19,6 +19,7 @@ from ..attention import check_heads
 from ..layers import ACTIVATIONS
 from .budget import parse_duration
 from .corpus import read_corpus
+from .launch import ENSEMBLE_EPOCHS, MAX_MEMBERS
 from .run import RunError, read_run_json
 from .tasks import TASKS, get_task
 from ..text.tokenization import KINDS, SUBWORDS
@@ -74,7 +75,8 @@ class TrainSettings:
                                      PROBABILITY, fixed=True, corpus=True, metavar="ALPHA")
     members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
                              "the same data), and translate with their ensemble: the mean of their probabilities; "
-                             "a --data corpus's default: one per idle core, at most 4",
+                             f"a --data corpus's default: one per idle core, at most {MAX_MEMBERS}, where each model "
+                             f"would make at least {ENSEMBLE_EPOCHS} epochs (else one model, on the idle cores together)",
                           WHOLE, fixed=True, metavar="N")
     out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
     steps: int = option(3000, "optimizer steps (with --time: at most)", WHOLE)
@@ -183,7 +185,8 @@ def corpus_defaults(n_pairs: int) -> dict:
     weights and feed-forward activations (fairseq's defaults), about +0.2 on the two splits
     weighted by their sources over three seeds of one model and two of the ensemble (4 of 5
     ahead), with a step about 3% cheaper: small, but the same sign and no cost.
-    The idle cores train an ensemble, a model each (launch.py).
+    The idle cores train an ensemble, a model each, where each model would make ENSEMBLE_EPOCHS or more
+    in the budget, and one model data-parallel where fewer (launch.py).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),

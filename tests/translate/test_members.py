@@ -20,6 +20,7 @@ import tinygrad_tx as tx
 from models.ensemble import Ensemble
 from models.translate import cli, launch
 from models.translate.budget import FINAL_SHARE, Budget
+from models.translate.corpus import read_corpus
 from models.translate.run import RunError, open_run
 from models.translate.settings import settings_for
 
@@ -125,14 +126,42 @@ def test_idle_cores_train_an_ensemble_of_a_wide_corpus_model(monkeypatch, tmp_pa
     assert launch.auto_members(True, 64) == 1  # a small corpus's model: not measured to pay
     assert launch.auto_members(False, 128) == 1  # a task
     monkeypatch.setattr(cli, "can_launch", lambda: None)
-    assert cli.choose_members(settings) == 4
+    assert cli.choose_processes(settings) == (4, 4)  # ten minutes: hundreds of epochs of a few dozen pairs
     assert "4 cores are idle: training 4 models side by side" in capsys.readouterr().out
     settings.device = "cuda"
-    assert cli.choose_members(settings) == 1  # idle CPU cores say nothing of a GPU
+    assert cli.choose_processes(settings) == (1, 1)  # idle CPU cores say nothing of a GPU
     settings.device = "cpu"
     monkeypatch.setattr(cli, "can_launch", lambda: "mpi4py is not installed")
-    assert cli.choose_members(settings) == 1
+    assert cli.choose_processes(settings) == (1, 1)
     assert "but mpi4py is not installed, so training uses one" in capsys.readouterr().out
+
+
+def test_the_epochs_a_model_of_an_ensemble_would_make():
+    """By hand: the 18k-pair Tatoeba list in ten minutes, at most 11,300 steps of 96 but 5 steps a
+    second for 540 s = 2,700: 2,700 · 96 / 18,066 = 14.3 epochs; a 76k-pair list 3.4; without a
+    budget, the steps themselves."""
+    assert launch.epochs_a_model(11_300, 96, 18_066, 600.0) == pytest.approx(14.35, abs=0.01)
+    assert launch.epochs_a_model(47_500, 96, 76_038, 600.0) == pytest.approx(3.41, abs=0.01)
+    assert launch.epochs_a_model(47_500, 96, 76_038, None) == pytest.approx(59.97, abs=0.01)
+    assert launch.epochs_a_model(1_000, 96, 18_066, 3600.0) == pytest.approx(5.31, abs=0.01)  # --steps is the bound
+
+
+def test_a_corpus_each_model_would_see_few_times_trains_one_model_on_the_idle_cores(monkeypatch, tmp_path, capsys):
+    """Where a model of an ensemble would make fewer than ENSEMBLE_EPOCHS epochs, the idle cores
+    train one model together instead: on the 38k- and 76k-pair lists that scored higher."""
+    data = write_anki(tmp_path / "fra.txt", n_sources=40)
+    pairs = len(read_corpus(str(data), 1, 2).pairs)
+    steps = -(-launch.ENSEMBLE_EPOCHS * pairs // 96) - 1  # each model would make just under ENSEMBLE_EPOCHS epochs
+    monkeypatch.setattr(launch, "idle_cores", lambda: 8)
+    monkeypatch.setattr(cli, "can_launch", lambda: None)
+    few = settings_for({"data": str(data), "d_model": 128, "steps": steps})
+    assert cli.choose_processes(few) == (1, 3)  # at least 32 pairs of each batch of 96 a process
+    said = capsys.readouterr().out
+    assert "training one model on 3 processes, data-parallel" in said and "(--members 3 for an ensemble)" in said
+    enough = settings_for({"data": str(data), "d_model": 128, "steps": steps + 1})
+    assert cli.choose_processes(enough) == (4, 4)
+    narrow = settings_for({"data": str(data), "d_model": 64, "steps": steps})
+    assert cli.choose_processes(narrow) == (1, 1)  # too narrow to gain from more processes (auto_processes)
 
 
 def test_members_need_a_process_each(monkeypatch, tmp_path):
