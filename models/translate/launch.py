@@ -8,16 +8,17 @@ On a busy machine it stays one process with one thread, as before: more processe
 free cores would only take turns, and slow both the run and whatever else is running
 (the reason for one BLAS thread: docs/benchmarks.md, the threads table).
 
-What the processes do depends on how often a model would see the corpus (`auto_members`).
+What the processes do depends on how often a model would see the corpus (`cli.choose_processes`).
 Where each would make many epochs, each trains a model of its own, and the run translates with
 their ensemble (`--members`): on the 18k-pair Tatoeba list (docs/translate.md, "Your own
 corpus") two data-parallel processes made 10,300 target tokens a second together, where one
 process alone makes 8,000, so a second model gets more out of the second core than a faster
 first one (the first learns its pairs by heart before its ten minutes end), and two models'
 ensemble scored 1 to 2 BLEU above one model on two such lists. Where a model would see the
-corpus only a few times, the processes train one model, data-parallel (`--processes N`): its
-30% more tokens a second matter more than a second opinion (on 38k and 76k pairs it scored 2.4
-and 5.3 BLEU above the ensemble). A toy task stays one process and one model unless told
+corpus only a few times, the processes train one model, data-parallel (`--processes N`): the
+1.7 times the tokens a second that one model of the ensemble gets (5,600 against 3,250 on a
+76k-pair list) matter more than a second opinion (on 38k and 76k pairs it scored 2.4 and 5.3
+BLEU above the ensemble). A toy task stays one process and one model unless told
 otherwise (its model is too small to gain from data parallelism, docs/distributed.md, and right
 already).
 
