@@ -32,7 +32,7 @@ from .settings import TrainSettings, add_arguments, corpus_defaults, settings_fo
 from .tasks import TASKS, probe_pairs
 from ..text.tokenization import KINDS
 from .budget import parse_duration, process_started
-from .launch import (ENSEMBLE_EPOCHS, INSTALL_HINT, STARTED, WIDE, auto_members, auto_processes, can_launch,
+from .launch import (ENSEMBLE_EPOCHS, INSTALL_HINT, STARTED, auto_members, auto_processes, can_launch,
                      epochs_a_model, launch)
 from .training import Trainer
 from .sharing import translate_shared
@@ -253,7 +253,7 @@ def choose_processes(settings: TrainSettings) -> tuple[int, int]:
     if settings.device != "cpu":
         return 1, 1  # idle CPU cores say nothing of a GPU: `--members N` puts N models on the GPUs
     passes = ensemble_epochs(settings)
-    if settings.data is not None and settings.d_model >= WIDE and passes < ENSEMBLE_EPOCHS:
+    if settings.data is not None and passes < ENSEMBLE_EPOCHS:  # a narrow model stays on one (auto_processes)
         wanted = auto_processes(True, settings.d_model, settings.batch_size)
         return 1, for_idle_cores(wanted, f"training one model on {wanted} processes, data-parallel: a model of "
                                          f"an ensemble would make {passes:.2g} epochs of this corpus, fewer than "
