@@ -176,9 +176,10 @@ def corpus_defaults(n_pairs: int) -> dict:
     vocabulary, subword sampling, checkpoint averaging, R-Drop, word dropout, a weight decay
     of 0.5, feed-forward layers of 256, pairs concatenated two by two and the embeddings spared
     the weight decay did not pay, and a tied output layer and 8 or 16 heads were within the
-    noise). GELU instead of ReLU in the feed-forward layers scored higher on the test split with each of three seeds at 5,000 steps (+0.7 BLEU on average; +0.2 on validation;
-    not seen in two ten-minute runs of the ensemble; at least as good as ReLU in the ensemble at
-    4,300 steps, both seeds and both splits), in its tanh form: the same scores as exact GELU,
+    noise). GELU instead of ReLU in the feed-forward layers scored higher on the test split with
+    each of three seeds at 5,000 steps (+0.7 BLEU on average; +0.2 on validation; not seen in two
+    ten-minute runs of the ensemble; at least as good as ReLU in the ensemble at 4,300 steps,
+    both seeds and both splits), in its tanh form: the same scores as exact GELU,
     whose erf NumPy lacks (a step 36% slower than ReLU's, the tanh form's 10%). Pre-LN
     (--norm-first) scored higher on test and lower on validation, one model and the ensemble:
     within the noise. Dropout only on the embeddings and sublayer outputs, none on the attention
