@@ -25,7 +25,8 @@ the feed-forward layers, exact and in its tanh form (now a default; the rows bef
 ReLU, as they measured it); one-pre-ln, and two-relu, two and two-pre-ln, pre-LN alone and an
 ensemble of two with ReLU, the defaults and pre-LN (not a default); one-outer-dropout and
 two-outer-dropout, dropout only on the embeddings and sublayer outputs, none on the attention
-weights and feed-forward activations (fairseq's defaults). Every
+weights and feed-forward activations (fairseq's defaults); two-tied, the ensemble with its output
+layer tied to the target embedding (--tie-output). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -71,7 +72,9 @@ def per_5_pairs(n_pairs: int) -> int:
 # The defaults of a time before a change, pinned so that a row keeps meaning what it measured:
 # "decay_all" is not a setting of train's, but what the trainer did before it kept the weight
 # decay off biases and LayerNorm (`child` applies it)
-EVERYWHERE = {"attention_dropout": None, "activation_dropout": None}  # before dropout spared attention and activations
+UNTIED = {"tie_output": False}  # before a corpus tied its output layer to the target embedding
+# before dropout spared the attention weights and feed-forward activations
+EVERYWHERE = {"attention_dropout": None, "activation_dropout": None, **UNTIED}
 RELU = {"activation": "relu", **EVERYWHERE}  # before GELU
 COSINE_ALL = {"schedule": "cosine", "decay_all": True, **RELU}  # before the decay spared biases and LayerNorm
 BEFORE = {"weight_decay": 0.0, "schedule": "cosine", **RELU}  # before weight decay
@@ -84,7 +87,8 @@ ROWS = {
     "low-resource": ("--time, subword sampling 0.1, dropout 0.3, 1,200 pieces",
                      {"subword_sampling": 0.1, "dropout": 0.3, "vocab_size": 1200, **RELU}, 1),
     "rdrop": ("--time, 2 processes, R-Drop (--rdrop 5)", {"rdrop": 5.0, **RELU}, 2),
-    "tied": ("--time, 2 processes, output tied to the target embedding (--tie-output)", {"tie_output": True, **RELU}, 2),
+    "tied": ("--time, 2 processes, output tied to the target embedding (--tie-output)",
+             {**RELU, "tie_output": True}, 2),
     "data-parallel": ("--time, one model on 2 data-parallel processes (the defaults before ensembles)",
                       {"members": 1, **RELU}, 2),
     "defaults": ("the defaults on an idle 2-core machine: --time, an ensemble of 2 models, a process each",
@@ -113,15 +117,19 @@ ROWS = {
     "one-pre-ln": ("one model, one process: pre-LN, x + f(norm(x)), instead of post-LN",
                    {"members": 1, "norm_first": True, **EVERYWHERE}, 1),
     "one-outer-dropout": ("one model, one process: dropout only on the embeddings and sublayer outputs, none on "
-                          "the attention weights and feed-forward activations (the defaults now)",
-                          {"members": 1, **OUTER_DROPOUT}, 1),
+                          "the attention weights and feed-forward activations (the defaults then)",
+                          {"members": 1, **OUTER_DROPOUT, **UNTIED}, 1),
     "two-relu": ("an ensemble of 2 models, a process each: ReLU", {"members": 2, **RELU}, 2),
     "two": ("an ensemble of 2 models, a process each: GELU, tanh form (the defaults then)",
             {"members": 2, **EVERYWHERE}, 2),
     "two-pre-ln": ("an ensemble of 2 models, a process each: GELU, tanh form, pre-LN",
                    {"members": 2, "norm_first": True, **EVERYWHERE}, 2),
     "two-outer-dropout": ("an ensemble of 2 models, a process each: GELU, tanh form, dropout only on the "
-                          "embeddings and sublayer outputs (the defaults now)", {"members": 2, **OUTER_DROPOUT}, 2),
+                          "embeddings and sublayer outputs (the defaults then)",
+                          {"members": 2, **OUTER_DROPOUT, **UNTIED}, 2),
+    "two-tied": ("an ensemble of 2 models, a process each: the output layer tied to the target embedding "
+                 "(the defaults now)",
+                 {"members": 2, "tie_output": True, **OUTER_DROPOUT}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 

@@ -12,6 +12,7 @@ import pytest
 from models.text import grammar
 from models.translate.corpus import group_references, normalise, read_tsv
 from models.translate.run import open_run
+from models.translate.settings import settings_for
 
 from .test_cli import TINY, run_cli
 
@@ -114,17 +115,21 @@ def test_shared_vocabulary_ties_the_embeddings(tmp_path):
     assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
 
 
-def test_tie_output_reads_the_target_embedding(tmp_path):
-    """--tie-output: no output layer of its own, the logits are the target embedding's dot products
-    with the decoder's states; the vocabularies stay apart."""
+def test_a_corpus_ties_its_output_layer_unless_told(tmp_path):
+    """A corpus's output layer reads the target embedding by default (--tie-output: no output layer of
+    its own, the logits are the target embedding's dot products with the decoder's states; the
+    vocabularies stay apart); --no-tie-output gives it its own; a task keeps its own."""
     data = write_anki(tmp_path / "fra.txt", n_sources=60)
-    out = tmp_path / "run"
-    result = run_cli("train", "--data", str(data), "--out", str(out), "--tie-output", "--vocab-size", "150", *TINY)
-    assert result.returncode == 0, result.stderr
-    model = open_run(out).model
-    assert model.config.tie_embeddings and model.out is None
-    assert not json.loads((out / "run.json").read_text())["settings"]["shared_vocab"]
-    assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
+    for given, tied in ((), True), (("--no-tie-output",), False):
+        out = tmp_path / f"run-{tied}"
+        result = run_cli("train", "--data", str(data), "--out", str(out), *given, "--vocab-size", "150", *TINY)
+        assert result.returncode == 0, result.stderr
+        model = open_run(out).model
+        assert model.config.tie_embeddings is tied and (model.out is None) is tied
+        saved = json.loads((out / "run.json").read_text())["settings"]
+        assert saved["tie_output"] is tied and not saved["shared_vocab"]
+        assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
+    assert not settings_for({"task": "copy"}).tie_output
 
 
 def test_length_filter_is_counted(tmp_path):
