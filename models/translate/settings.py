@@ -167,11 +167,11 @@ def corpus_defaults(n_pairs: int) -> dict:
     4 heads of a 128-wide model and 2 layers, and a weight decay of 0.3 (docs/translate.md:
     "Your own corpus", which has the measurements behind these choices: 2 layers and more
     steps beat 3 layers (and 3 encoder layers with 1 decoder layer), batches of 96 beat 64,
-    lr 2e-3 beat 1e-3 and 3e-3 (then; 4e-3 now, below), dropout 0.1 beat 0, 0.05, 0.2 and 0.3, label smoothing 0.1
-    matched 0.2, a 128-wide model matched a 256-wide one in the same time (and a 192-wide
-    ensemble a 128-wide one, with weight decay), weight decay 0.3 beat 0.1, 0.03, 1 and none
-    (+2 BLEU for one model), and with it the decay kept off biases and LayerNorm beat the
-    decay on every weight (+0.5 for one model, three runs); a learning rate falling in a
+    lr 2e-3 beat 1e-3 and 3e-3 (then: 4e-3 now, below), dropout 0.1 beat 0, 0.05, 0.2 and
+    0.3, label smoothing 0.1 matched 0.2, a 128-wide model matched a 256-wide one in the same
+    time (and a 192-wide ensemble a 128-wide one, with weight decay), weight decay 0.3 beat
+    0.1, 0.03, 1 and none (+2 BLEU for one model), and with it the decay kept off biases and
+    LayerNorm beat the decay on every weight (+0.5 for one model, three runs); a learning rate falling in a
     straight line to 0 (--schedule linear), more pieces (one per 5 pairs), fewer pieces, a shared
     vocabulary, subword sampling, checkpoint averaging, R-Drop, word dropout, a weight decay
     of 0.5, feed-forward layers of 256, pairs concatenated two by two and the embeddings spared the
