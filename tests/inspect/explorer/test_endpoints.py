@@ -587,9 +587,18 @@ def test_a_missing_or_damaged_run_is_one_line_and_exit_2(tmp_path, tiny_run):
     assert done.returncode == 2 and "vocab.json" in done.stderr and done.stderr.count("\n") == 1
 
 
+def explore_in_a_terminal(*args: str) -> subprocess.Popen:
+    """`python -m models explore ARGS` as a terminal starts it, in the foreground: with SIGINT at its
+    default, whatever this process has. A test run started from a script's background job (`cmd &`)
+    ignores SIGINT, its children inherit that, and Python then keeps it ignored, so Ctrl-C (the
+    SIGINT these tests send) would not reach the explorer at all."""
+    return subprocess.Popen([sys.executable, "-m", "models", "explore", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def test_the_command_serves_then_ctrl_c_stops_it(tiny_run):
-    process = subprocess.Popen([sys.executable, "-m", "models", "explore", str(tiny_run)], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = explore_in_a_terminal(str(tiny_run))
     try:
         line = process.stdout.readline()
         assert line.startswith("explorer at http://127.0.0.1:")
@@ -603,8 +612,7 @@ def test_the_command_serves_then_ctrl_c_stops_it(tiny_run):
 
 
 def test_beyond_loopback_it_warns_and_needs_the_printed_token(tiny_run):
-    process = subprocess.Popen([sys.executable, "-m", "models", "explore", str(tiny_run), "--host", "0.0.0.0"],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = explore_in_a_terminal(str(tiny_run), "--host", "0.0.0.0")
     try:
         address = process.stdout.readline().split()[2]
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]{20,}", address)
