@@ -5,8 +5,13 @@ slow laptop and a fast desktop each the best model it can make in 10 minutes. So
 a time budget measures itself and then chooses its number of steps: its steps up to its
 second validation give the seconds a step and a validation take, and the steps
 that fit in the time left, up to --steps, become the end of the learning-rate schedule (which
-decays to that end, as it would to a --steps given by hand). A budget is a bound, not a
-target: a corpus's default --steps stops a small corpus once more epochs stop paying. That
+decays to that end, as it would to a --steps given by hand). After each later validation it
+times the steps since it last chose and chooses again: a machine's speed drifts (two
+ten-minute runs of the same corpus here, both planned at 185-190 ms a step; one kept that
+pace, the other's steps ran 7% faster and it ended 95 s early), and a cosine stretched or
+shrunk at a validation moves its learning rate by a few percent, where a schedule cut short
+never decays or a budget left unused trains nothing. A budget is a bound, not a
+target: a corpus's default --steps stops a small corpus once more epochs stop paying. The
 choice is saved in every checkpoint, so a resumed run keeps the schedule it chose, whatever
 the time then.
 
@@ -41,6 +46,9 @@ minutes)."""
 PLAN_AT_VALIDATION = 2
 """The run plans at its second validation: the steps before the first still record the jit's
 traces of most batch shapes, and timed alone they made a 10-minute plan end 10% early."""
+CHANGE_BY = 0.01
+"""A later choice that moves the last step by less than this share of it is the clock's noise:
+the run keeps its steps (and its log stays quiet)."""
 PLAN_BY = 0.25
 """The share of the training time after which the run plans, if that validation has not come."""
 
@@ -113,10 +121,11 @@ class Timing:
     def stepped(self, step: int) -> None:
         self.at.append((step, self.clock() - self.started - self.validating_s))
 
-    def step_seconds(self) -> float:
-        """Over the later half of the steps so far: the first ones record the jit's traces and
-        take longer than the rest will."""
-        (s0, t0), (s1, t1) = self.at[len(self.at) // 2], self.at[-1]
+    def step_seconds(self, since: int | None = None) -> float:
+        """Over the steps after step `since`, or by default the later half of the steps so far:
+        the first ones record the jit's traces and take longer than the rest will."""
+        first = len(self.at) // 2 if since is None else next(i for i, (s, _) in enumerate(self.at) if s >= since)
+        (s0, t0), (s1, t1) = self.at[first], self.at[-1]
         return (t1 - t0) / max(1, s1 - s0)
 
     def validation_seconds(self) -> float:

@@ -219,7 +219,7 @@ def run_train(args: argparse.Namespace) -> None:
     models = f"{settings.members} models of " if settings.members > 1 else ""
     passes = epochs(settings.steps * settings.batch_size / max(1, len(data.train_pairs)))
     length = (f"as many steps of {settings.batch_size} as fit in --time {settings.time} (at most {settings.steps}, "
-              f"{passes}), chosen once it has timed itself" if not trainer.planned
+              f"{passes}), chosen once it has timed itself and again at each validation" if not trainer.planned
               else f"{settings.steps} steps of {settings.batch_size} ({passes})")
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {models}{sum(p.size for p in trainer.model.parameters()):,} parameters"

@@ -15,10 +15,11 @@ step before every step, so no generator state needs saving, on CPU or GPU). So a
 interrupted run resumed from its last checkpoint computes the very same losses as one that
 was never interrupted.
 
-With `--time`, the run chooses its own last step once it has timed itself (budget.py);
-rank 0 times and decides, and its word reaches every rank through the small all-reduce
-that every step makes anyway, as an interruption does, so every rank changes its schedule,
-or stops, at the same step. The choice is saved in the checkpoints, so a resumed run keeps it.
+With `--time`, the run chooses its own last step once it has timed itself, and again after
+each later validation (budget.py); rank 0 times and decides, and its word reaches every rank
+through the small all-reduce that every step makes anyway, as an interruption does, so every
+rank changes its schedule, or stops, at the same step. The choice is saved in the
+checkpoints, so a resumed run keeps it.
 
 Started by `mpiexec -n N`, the same run is data-parallel (`tinygrad_tx.distributed`):
 `--batch-size` stays the global batch, and each process trains on its share of every
@@ -51,7 +52,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import optim, schedules
 
 from .averaging import Average, snapshot_steps
-from .budget import PLAN_AT_VALIDATION, Budget, Timing, parse_duration
+from .budget import CHANGE_BY, PLAN_AT_VALIDATION, Budget, Timing, parse_duration
 from ..text.data import PAD_ID
 from .evaluation import score, summary, translate
 from .plots import plot_curves
@@ -104,13 +105,15 @@ class Trainer:
                                       no_decay=[p for p in params if p.ndim < 2], **adam)
                           if settings.weight_decay else optim.Adam(params, **adam))
         self.step, self.best = 0, -1.0
+        self.most_steps = settings.steps  # a --time run's bound on the steps it chooses
         self._set_steps(settings.steps)
-        # --time: the steps are chosen once the run has timed itself (budget.py), at most
+        # --time: the steps are chosen when the run has timed itself (budget.py), at most
         # settings.steps, which until then stands in as the end the warm-up sees
         self.clock = clock
         self.budget = (Budget(parse_duration(settings.time), started, settings.members, dist.world_size())
                        if settings.time else None)
         self.planned = self.budget is None
+        self.planned_at: int | None = None  # the step of the last choice; None: not chosen here (resumed)
         self.timing = Timing(clock)
         self.lock = None
         self.warned_no_plot = False
@@ -236,28 +239,46 @@ class Trainer:
         return "done"
 
     def _budget_news(self, progress) -> tuple[int, int]:
-        """Rank 0's word on the --time budget before the next step: the last step it chose, once,
-        when the run has timed its steps up to its second validation, or a quarter of its training
-        time, and a validation (0 otherwise); and whether the training time is up. Without a
+        """Rank 0's word on the --time budget before the next step: the last step it chose (0 if
+        none now), and whether the training time is up. It chooses when the run has timed its
+        steps up to its second validation, or a quarter of its training time and a validation,
+        and again after each later validation, from the steps since it last chose. Without a
         budget, (0, 0)."""
         if not self.main or self.budget is None:
             return 0, 0
         now = self.clock()
+        if self.budget.training_over(now):
+            return 0, 1
         if not self.planned and self.step > 0:
             due = self.budget.plan_due(now, self.timing.started)
             if due and not self.timing.validations:
                 self.validate(progress)  # no validation yet: time one now
                 now = self.clock()
             if len(self.timing.validations) >= PLAN_AT_VALIDATION or due:
-                steps = self.budget.steps(now, self.step, self.timing.step_seconds(), self.timing.validation_seconds(),
-                                          self.s.eval_every, self.s.steps)
+                step_s = self.timing.step_seconds()
+                steps = self._plan(now, step_s)
                 self.log({"step": self.step, "planned_steps": steps})
                 progress.write(f"--time {self.s.time}: {steps} steps of {self.s.batch_size} (about "
                                f"{steps * self.s.batch_size / max(1, len(self.data.train_pairs)):.0f} epochs), "
-                               f"timed at {self.timing.step_seconds() * 1000:.0f} ms a step and "
+                               f"timed at {step_s * 1000:.0f} ms a step and "
                                f"{self.timing.validation_seconds():.1f} s a validation")
                 return steps, 0
-        return 0, int(self.budget.training_over(now))
+        elif self.planned_at is not None and self.step % self.s.eval_every == 0 and self.step > self.planned_at:
+            step_s = self.timing.step_seconds(since=self.planned_at)  # validated just now: time the steps since
+            steps = self._plan(now, step_s)
+            if abs(steps - self.s.steps) >= CHANGE_BY * self.s.steps:
+                self.log({"step": self.step, "planned_steps": steps})
+                progress.write(f"--time {self.s.time}: {steps} steps instead of {self.s.steps}, "
+                               f"re-timed at {step_s * 1000:.0f} ms a step")
+                return steps, 0
+        return 0, 0
+
+    def _plan(self, now: float, step_s: float) -> int:
+        """The last step that fits the budget at `step_s` seconds a step, at most --steps."""
+        steps = self.budget.steps(now, self.step, step_s, self.timing.validation_seconds(),
+                                  self.s.eval_every, self.most_steps)
+        self.planned_at = self.step
+        return steps
 
     def batches(self):
         """Batches from the current step on: epoch and position follow from the step count."""

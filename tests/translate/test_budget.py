@@ -1,5 +1,6 @@
-"""`train --time`: the run times itself, chooses its steps to fit, keeps that choice when resumed,
-and stops with its best model when the machine turns slower than it measured.
+"""`train --time`: the run times itself, chooses its steps to fit, chooses again at each later
+validation, keeps its choice when resumed, and stops with its best model when the machine turns
+slower than it measured.
 
 The Trainer is given a clock that the test drives (each step 0.01 s, each validation 0.5 s),
 so the steps a budget buys can be worked out by hand."""
@@ -13,6 +14,7 @@ import signal
 import pytest
 
 from models.translate.budget import EXIT_SHARE, FINAL_SHARE, Budget, parse_duration
+from models.translate.run import load_checkpoint
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
@@ -122,19 +124,43 @@ def test_a_resumed_timed_run_keeps_the_steps_it_chose(tmp_path):
     assert losses[0] == losses[1] and len(losses[0]) == 51
 
 
-def test_a_run_that_slows_down_stops_in_time_with_its_best_model(tmp_path):
-    """Timed at 0.01 s a step, then 15 times slower from step 20: the training time (3.6 s) is
-    up after step 33 (1.2 s to step 20 with two validations, 2.0 s at step 30 and 2.5 s with its validation,
-    then 0.15 s a step: 3.5 s after step 32, 3.65 s after step 33), where it validates and saves;
-    --resume would train on to the 51 steps it chose."""
+def slowed_or_sped(trainer: Trainer, clock: Clock, at_step: int, step_s: float) -> Trainer:
+    """`trainer`, whose steps take `step_s` seconds from the one after `at_step` on."""
+    trainer.log = lambda record, log=trainer.log: (log(record), record.get("step") == at_step and "loss" in record
+                                                   and setattr(clock, "step_s", step_s))
+    return trainer
+
+
+@pytest.mark.parametrize("step_s, steps, ends", [(0.005, 54, 3.37), (0.15, 31, 3.85)])
+def test_a_timed_run_chooses_again_after_each_validation(tmp_path, step_s, steps, ends):
+    """Steps twice as fast, or 15 times slower, from step 20 on (chosen there: 51 steps). After the
+    validation at step 30 (t = 1.2 + 10 steps + 0.5) it times the 10 steps since and chooses again:
+    30 + floor((3.6 - 1.75 - 0.5) / (0.005 + 0.05)) = 54 (which the validations at 40 and 50 keep),
+    using the training time the faster steps free; or, slower, 30 + at least one = 31, so that
+    its schedule still decays to its end rather than being cut off at step 33 (the last validation
+    begins just before 3.6 s). A run that chose once would end at step 51 at 3.36 s, or out of time after step 33."""
     clock = Clock()
-    trainer = timed_trainer(tmp_path / "run", clock)
-    trainer.log = lambda record, log=trainer.log: (log(record), record.get("step") == 20 and "loss" in record
-                                                   and setattr(clock, "step_s", 0.15))
+    trainer = slowed_or_sped(timed_trainer(tmp_path / "run", clock), clock, 20, step_s)
+    trainer.start()
+    assert trainer.train(Quiet()) == "done"
+    assert records(tmp_path / "run", "planned_steps") == [{"step": 20, "planned_steps": 51},
+                                                          {"step": 30, "planned_steps": steps}]
+    assert trainer.step == trainer.s.steps == steps and clock.now == pytest.approx(ends)
+    assert records(tmp_path / "run", "lr")[-1]["lr"] == pytest.approx(0.05 * trainer.s.lr)  # decayed to its end
+    saved = load_checkpoint(tmp_path / "run" / "last.npz")
+    assert saved["planned_steps"] == steps  # what a resumed run keeps
+
+
+def test_a_run_that_slows_down_stops_in_time_with_its_best_model(tmp_path):
+    """Timed at 0.01 s a step, and again at step 30 (1.8 s: 51 steps still), then 15 times slower:
+    the training time (3.6 s) is up after step 40 and its validation (3.3 s, then 3.8 s), where
+    it stops with the model it has, saved; --resume would train on to the 51 steps it chose."""
+    clock = Clock()
+    trainer = slowed_or_sped(timed_trainer(tmp_path / "run", clock), clock, 30, 0.15)
     trainer.start()
     assert trainer.train(Quiet()) == "out of time"
-    assert trainer.s.steps == 51 and trainer.step == 33
-    assert [r["step"] for r in records(tmp_path / "run", "valid_bleu")][-2:] == [30, 33]
+    assert trainer.s.steps == 51 and trainer.step == 40
+    assert [r["step"] for r in records(tmp_path / "run", "valid_bleu")][-2:] == [30, 40]
     assert (tmp_path / "run" / "best.npz").exists() and (tmp_path / "run" / "last.npz").exists()
 
 
