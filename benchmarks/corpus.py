@@ -28,7 +28,8 @@ two-outer-dropout, dropout only on the embeddings and sublayer outputs, none on 
 weights and feed-forward activations (fairseq's defaults); two-tied, the ensemble with its output
 layer tied to the target embedding (--tie-output); two-lr-4e-3, the ensemble with a peak learning rate
 of 4e-3 instead of 2e-3 (now a default); two-decay-0.15, at that rate a weight decay of 0.15 instead of
-0.3 (not a default). Every
+0.3, and two-warmup-200 and two-warmup-600, warm-ups of 200 and 600 steps instead of 400 (none a
+default). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -139,6 +140,10 @@ ROWS = {
     "two-decay-0.15": ("an ensemble of 2 models, a process each: a weight decay of 0.15 at the peak learning "
                        "rate of 4e-3 (the decay a step of 0.3 at 2e-3)",
                        {"members": 2, "weight_decay": 0.15, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
+    "two-warmup-200": ("an ensemble of 2 models, a process each: a warm-up of 200 steps instead of 400",
+                       {"members": 2, "warmup": 200, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
+    "two-warmup-600": ("an ensemble of 2 models, a process each: a warm-up of 600 steps instead of 400",
+                       {"members": 2, "warmup": 600, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
