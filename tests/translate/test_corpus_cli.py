@@ -12,7 +12,7 @@ import pytest
 from models.text import grammar
 from models.translate.corpus import group_references, normalise, read_tsv
 from models.translate.run import open_run
-from models.translate.settings import settings_for
+from models.translate.settings import TIE_BELOW, corpus_defaults, settings_for
 
 from .test_cli import TINY, run_cli
 
@@ -120,7 +120,8 @@ def test_shared_vocabulary_ties_the_embeddings(tmp_path):
 def test_a_corpus_ties_its_output_layer_unless_told(tmp_path):
     """A corpus's output layer reads the target embedding by default (--tie-output: no output layer of
     its own, the logits are the target embedding's dot products with the decoder's states; the
-    vocabularies stay apart); --no-tie-output gives it its own; a task keeps its own."""
+    vocabularies stay apart); --no-tie-output gives it its own; a task keeps its own, and so does a
+    corpus of TIE_BELOW pairs or more (where, seen a few times in ten minutes, the tie lost)."""
     data = write_anki(tmp_path / "fra.txt", n_sources=60)
     for given, tied in ((), True), (("--no-tie-output",), False):
         out = tmp_path / f"run-{tied}"
@@ -132,6 +133,7 @@ def test_a_corpus_ties_its_output_layer_unless_told(tmp_path):
         assert saved["tie_output"] is tied and not saved["shared_vocab"]
         assert run_cli("translate", "--run", str(out), "the cat").returncode == 0
     assert not settings_for({"task": "copy"}).tie_output
+    assert corpus_defaults(TIE_BELOW - 1)["tie_output"] and not corpus_defaults(TIE_BELOW)["tie_output"]
 
 
 def test_length_filter_is_counted(tmp_path):
