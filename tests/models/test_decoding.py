@@ -58,9 +58,10 @@ def test_beam_of_one_is_greedy():
 
 def exhaustive_best(model, src_row, max_len, alpha):
     """The hypothesis with the best log p / gnmt_penalty among ALL of them, each scored by a
-    full (uncached) forward pass: the ones that end with EOS and the ones cut at max_len."""
+    full (uncached) forward pass: the ones that end with EOS and the ones cut at max_len, all but
+    the empty one (EOS first), which the searches rule out."""
     words = [t for t in range(model.config.tgt_vocab) if t not in (PAD, EOS)]
-    hypotheses = [(*body, EOS) for n in range(max_len) for body in itertools.product(words, repeat=n)]
+    hypotheses = [(*body, EOS) for n in range(1, max_len) for body in itertools.product(words, repeat=n)]
     hypotheses += list(itertools.product(words, repeat=max_len))
     tgt_in = np.full((len(hypotheses), max_len), PAD)
     for i, h in enumerate(hypotheses):  # right padding hides nothing from earlier positions
@@ -77,7 +78,7 @@ def exhaustive_best(model, src_row, max_len, alpha):
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
 def test_unpruned_beam_search_finds_the_best_hypothesis(alpha):
     """With a beam wider than every prefix set, beam search must return the exhaustive optimum
-    (here the optimum's length depends on alpha: 1 for 0.0; 4 and 1 for 0.6; 4, 2 and 1 for 1.5)."""
+    (here the optimum's length depends on alpha: 2 for 0.0; 4 and 2 for 0.6 and 1.5)."""
     vocab, max_len = 5, 4
     model = small(vocab=vocab, dtype=np.float64, seed=5)
     model.out.weight.data *= 3.0  # peaked distributions, so that long hypotheses can win
@@ -87,6 +88,19 @@ def test_unpruned_beam_search_finds_the_best_hypothesis(alpha):
         got = tuple(int(t) for t in found[b] if t != PAD)
         best = exhaustive_best(model, src[b], max_len, alpha)
         assert got == best, f"source {b}: beam search {got}, exhaustive {best}"
+
+
+def test_no_search_returns_an_empty_output():
+    """EOS made by far the likeliest token everywhere: both searches still put one word first (the
+    likeliest other one, by a forward pass of BOS alone), then end."""
+    model = small(dtype=np.float64)
+    model.out.bias.data[EOS] += 20.0
+    src = sources()
+    logits = model(src, np.full((len(src), 1), BOS)).numpy()[:, 0]  # (B, V) the first step's
+    logits[:, [PAD, EOS]] = -np.inf
+    first = logits.argmax(axis=-1)
+    for out in (greedy_decode(model, src, 10, BOS, EOS), beam_search(model, src, 10, BOS, EOS, beam_size=4)):
+        assert out.shape[1] == 2 and np.array_equal(out[:, 0], first) and np.all(out[:, 1] == EOS)
 
 
 def test_beam_search_layout_and_early_stop():

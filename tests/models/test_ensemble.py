@@ -51,7 +51,8 @@ def test_greedy_search_of_an_ensemble_takes_the_most_likely_token_of_the_mean():
 
 def test_unpruned_beam_search_of_an_ensemble_finds_the_best_hypothesis_of_the_mean():
     """Every hypothesis up to max_len scored by the product of the hand-made mean probabilities,
-    length-penalised: the unpruned beam search must return the best."""
+    length-penalised, all but the empty one (EOS first, which the searches rule out): the unpruned
+    beam search must return the best."""
     vocab, max_len, alpha = 5, 3, 0.6
     models = [small(vocab=vocab, dtype=np.float64, seed=s) for s in (5, 6, 7)]
     for m in models:
@@ -60,7 +61,7 @@ def test_unpruned_beam_search_of_an_ensemble_finds_the_best_hypothesis_of_the_me
     src = sources(n=4, vocab=vocab, seed=11)
     found = beam_search(Ensemble(models), src, max_len, BOS, EOS, beam_size=vocab ** max_len, length_penalty=alpha)
     for row, ids in zip(src, found):
-        hypotheses = [(*body, EOS) for n in range(max_len) for body in itertools.product(words, repeat=n)]
+        hypotheses = [(*body, EOS) for n in range(1, max_len) for body in itertools.product(words, repeat=n)]
         hypotheses += list(itertools.product(words, repeat=max_len))
         scores = []
         for h in hypotheses:
