@@ -1,19 +1,22 @@
 """Choosing how a trained run decodes: beam width and length penalty, on its validation set.
 
 Which beam width pays depends on the model and the data (on Tatoeba English-French greedy
-search scores 4 BLEU under a beam of 4, and beams past 4 add nothing), and so does GNMT's
-length penalty, so `train` tries a few on the validation sources after training, keeps the
-best in run.json (`decoding`), and `evaluate` and `translate` use it unless told otherwise.
-Validation sources, never the test ones: the test score stays a fair estimate.
+search scores 3-4 BLEU under a beam of 4 or 6), and so does GNMT's length penalty, so `train`
+tries a few on the validation sources after training, keeps the choice in run.json
+(`decoding`), and `evaluate` and `translate` use it unless told otherwise. Validation sources,
+never the test ones: the test score stays a fair estimate.
 
-The search is a coordinate one: the usual decoding first (beam 4, penalty 0.6), then the
-other widths at that penalty, then other penalties at the best width. Only a better score
-moves the choice away from the usual decoding, and among equals the narrower beam wins: a
-task that beam 4 gets perfectly right on validation keeps beam 4 (greedy search, also
-perfect on the validation pairs of `sort`, missed one of its 500 test pairs that beam 4
-got right). A perfect score ends the search. Each try's seconds are kept with its score,
-so the choice can be bounded by a deadline (a `train --time` run), and the curve of score
-against width is in run.json.
+The search is a coordinate one: the usual decoding first (evaluation.py: beam 6, penalty 0.6),
+then the other widths at that penalty, then other penalties at the chosen width. A validation
+set is small (500 sources of a corpus), and most tries score within a BLEU of each other, which
+is as much as another sample of 500 sentences would move them: so a try replaces the choice so
+far only if it scores higher by more than chance would, by paired bootstrap resampling (Koehn
+2004; sacrebleu's test for BLEU, the same test on exact matches), p < SIGNIFICANCE. Choosing the
+best score alone picked beam 2 in three of four ten-minute runs of the Tatoeba list, ahead of
+beam 6 by 0.2-0.6 BLEU on validation (p 0.09-0.28), and lost 0.8-1.4 BLEU to beam 6 on their test
+splits (docs/translate.md: "The decoding's choice, and chance"). A perfect score ends the
+search. Each try's seconds are kept with its score, so the choice can be bounded by a deadline
+(a `train --time` run), and the curve of score against width is in run.json.
 """
 from __future__ import annotations
 
@@ -25,16 +28,21 @@ import numpy as np
 import tinygrad_tx.distributed as dist
 
 from .budget import Budget
-from .evaluation import BEAM, LENGTH_PENALTY, score
+from .evaluation import BEAM, LENGTH_PENALTY, bleu_tokenisation, reference_streams, score
 from .run import Run, write_decoding
 from .settings import TrainSettings
 from .sharing import translate_shared
+from ..text.tokenization import Tokenizer
 
-WIDTHS = (BEAM, 1, 2, 6)
+WIDTHS = (BEAM, 1, 2, 4)
 """Beam widths tried, in this order (1: greedy search); on the Tatoeba list 8 scored as 6 did, at 1.3x
 the cost."""
 PENALTIES = (0.0, 1.0)
-"""Length penalties tried at the best width, besides LENGTH_PENALTY."""
+"""Length penalties tried at the chosen width, besides LENGTH_PENALTY."""
+SIGNIFICANCE = 0.05
+"""How unlikely by chance a try's lead over the choice so far must be for it to become the choice."""
+RESAMPLES = 1000
+"""Bootstrap samples of the validation sources a comparison draws (sacrebleu's default)."""
 
 
 def keep_decoding(run: Run, settings: TrainSettings, budget: Budget | None,
@@ -52,18 +60,22 @@ def keep_decoding(run: Run, settings: TrainSettings, budget: Budget | None,
 
 def choose_decoding(run: Run, metric: str, deadline: float | None = None, report_share: float = 0.0,
                     clock: Callable[[], float] = time.perf_counter) -> dict:
-    """The beam width and length penalty that score best on `run`'s validation sources by `metric`
-    ("bleu" or "exact_match"), with every try (its scores and seconds): {"beam", "length_penalty",
-    "metric", "tried"}.
+    """The beam width and length penalty chosen on `run`'s validation sources by `metric` ("bleu"
+    or "exact_match"), with every try (its scores, seconds, and `p`: the chance of its lead, or of
+    a lead as large, over the choice it was compared with): {"beam", "length_penalty", "metric",
+    "tried"}.
 
-    A tie goes to the usual decoding, then to the narrower beam; a perfect score ends the
-    search. With a `deadline` (by `clock`), a try is started only if it, and then a report
-    `report_share` times as long as a validation pass with the chosen beam, would end before it.
-    In an mpiexec job every rank calls it: the ranks share each try's sentences, and rank 0's
-    clock decides for all of them whether a try fits (each rank's alone could disagree)."""
+    The usual decoding is tried first and stays chosen unless a later try beats the choice so far
+    significantly (`beats`); a perfect score ends the search. With a `deadline` (by `clock`), a try
+    is started only if it, and then a report `report_share` times as long as a validation pass with
+    the chosen beam, would end before it. In an mpiexec job every rank calls it: the ranks share
+    each try's sentences, and rank 0's clock decides for all of them whether a try fits (each
+    rank's alone could disagree)."""
     sources = run.held_out("valid")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
     tried: list[dict] = []
+    outputs: dict[int, list[str]] = {}  # each try's translations, by its index in `tried`
+    chosen = 0  # the index of the choice so far
 
     def seconds(beam: int) -> float:
         """A guess from the tries so far: a beam search costs about its width times the most a
@@ -71,31 +83,57 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
         return beam * max(t["seconds"] / t["beam"] for t in tried)
 
     def fits(beam: int) -> bool:
-        widest = max(beam, _best(tried, metric)["beam"])
+        widest = max(beam, tried[chosen]["beam"])
         return clock() + seconds(beam) + report_share * seconds(widest) <= deadline
 
     def attempt(beam: int, penalty: float) -> None:
+        nonlocal chosen
         if deadline is not None and tried and not dist.broadcast(np.array([fits(beam)], dtype=np.int64))[0]:
             return
         begun = clock()
-        outputs = translate_shared(run, texts, beam, penalty)
-        metrics = score(outputs, references, run.tokenizers[1])
+        translated = translate_shared(run, texts, beam, penalty)
+        metrics = score(translated, references, run.tokenizers[1])
         tried.append({"beam": beam, "length_penalty": penalty, "bleu": round(metrics["bleu"], 2),
                       "chrf": round(metrics["chrf"], 2), "exact_match": round(metrics["exact_match"], 2),
                       "seconds": round(clock() - begun, 2)})
+        outputs[len(tried) - 1] = translated
+        if len(tried) > 1:
+            p = chance(translated, outputs[chosen], references, metric, run.tokenizers[1])
+            tried[-1]["p"] = round(p, 3)
+            if tried[-1][metric] > tried[chosen][metric] and p < SIGNIFICANCE:
+                chosen = len(tried) - 1
 
     for beam in WIDTHS:
-        if tried and _best(tried, metric)[metric] >= 100:  # perfect already: nothing else can beat it
+        if tried and tried[chosen][metric] >= 100:  # perfect already: nothing else can beat it
             break
         attempt(beam, LENGTH_PENALTY)
-    best = _best(tried, metric)
-    if best["beam"] > 1 and best[metric] < 100:  # greedy search has no length penalty
+    if tried[chosen]["beam"] > 1 and tried[chosen][metric] < 100:  # greedy search has no length penalty
         for penalty in PENALTIES:
-            attempt(best["beam"], penalty)
-    best = _best(tried, metric)
+            attempt(tried[chosen]["beam"], penalty)
+    best = tried[chosen]
     return {"beam": best["beam"], "length_penalty": best["length_penalty"], "metric": metric, "tried": tried}
 
 
-def _best(tried: Sequence[dict], metric: str) -> dict:
-    """The best-scoring try; among equals the usual decoding (the first try), then the narrowest beam."""
-    return max(tried, key=lambda t: (t[metric], t is tried[0], -t["beam"]))
+def chance(outputs: Sequence[str], against: Sequence[str], references: Sequence[Sequence[str]], metric: str,
+           tokenizer: Tokenizer) -> float:
+    """The p-value of paired bootstrap resampling (Koehn 2004): how often RESAMPLES samples of the
+    sources (drawn with replacement, the same for both) show a difference in `metric` between
+    `outputs` and `against` as far from its mean as the one measured. BLEU's is sacrebleu's test
+    (with `score`'s tokenisation); exact match's is that test on the sentences' 0/1 matches."""
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    if list(outputs) == list(against):
+        return 1.0  # the very same outputs: no difference at all (the test would call a zero one certain)
+    if metric == "bleu":
+        # seeded by $SACREBLEU_SEED, else 12345: the same choice every time
+        _, scores = PairedTest([("against", list(against)), ("outputs", list(outputs))],
+                               {"BLEU": sacrebleu.BLEU(tokenize=bleu_tokenisation(tokenizer))},
+                               reference_streams(references), test_type="bs", n_samples=RESAMPLES)()
+        return float(scores["BLEU"][1].p_value)  # its table's column: the metric by sacrebleu's name
+    hits = np.array([[o in refs, a in refs] for o, a, refs in zip(outputs, against, references)],
+                    dtype=float)  # (n, 2)
+    rows = np.random.default_rng(12345).integers(0, len(hits), size=(RESAMPLES, len(hits)))
+    sampled = np.abs(hits[rows, 0].mean(axis=1) - hits[rows, 1].mean(axis=1))  # (RESAMPLES,)
+    measured = abs(hits[:, 0].mean() - hits[:, 1].mean())
+    return (np.sum(sampled - sampled.mean() > measured) + 1) / (RESAMPLES + 1)  # as sacrebleu counts

@@ -196,30 +196,35 @@ def test_a_small_corpus_is_told_how_many_epochs_it_makes(tmp_path):
 
 
 def test_train_keeps_the_decoding_that_scored_best_on_validation(corpus_run):
-    """Each try in run.json is recomputed here (translate + sacrebleu on the validation sources);
-    the chosen one is the best; of equals, the usual beam 4 (the first try), else the narrowest;
-    train printed it."""
-    from models.translate.evaluation import score, translate
-    from models.translate.tuning import PENALTIES, WIDTHS
+    """Each try in run.json is recomputed here (translate + sacrebleu on the validation sources),
+    and so is its chance against the choice before it (sacrebleu's paired bootstrap): the usual
+    beam 6 first, then each try that scored higher with p < 0.05 became the choice; train printed it."""
+    from models.translate.evaluation import BEAM, LENGTH_PENALTY, score, translate
+    from models.translate.tuning import PENALTIES, SIGNIFICANCE, WIDTHS, chance
 
     _, out, stdout = corpus_run
     chosen = json.loads((out / "run.json").read_text())["decoding"]
     run = open_run(out)
     sources = run.held_out("valid")
+    references = [r for _, r in sources]
+    outputs = []
     for tried in chosen["tried"]:
-        outputs = translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers,
-                            tried["beam"], length_penalty=tried["length_penalty"])
-        assert tried["bleu"] == pytest.approx(score(outputs, [r for _, r in sources], run.tokenizers[1])["bleu"],
-                                              abs=0.01)
+        outputs.append(translate(run.model, [s for s, _ in sources], run.src_vocab, run.tgt_vocab, run.tokenizers,
+                                 tried["beam"], length_penalty=tried["length_penalty"]))
+        assert tried["bleu"] == pytest.approx(score(outputs[-1], references, run.tokenizers[1])["bleu"], abs=0.01)
     assert [t["beam"] for t in chosen["tried"]][:len(WIDTHS)] == list(WIDTHS)
-    best = max(t["bleu"] for t in chosen["tried"])
-    winners = [t for t in chosen["tried"] if t["bleu"] == best]
-    winner = winners[0] if winners[0] is chosen["tried"][0] else min(winners, key=lambda t: t["beam"])
-    assert chosen["tried"][0]["beam"] == 4 and chosen["tried"][0]["length_penalty"] == 0.6
-    assert (chosen["beam"], chosen["length_penalty"]) == (winner["beam"], winner["length_penalty"])
-    if chosen["beam"] > 1:  # the penalties were tried at the best width
+    assert (chosen["tried"][0]["beam"], chosen["tried"][0]["length_penalty"]) == (BEAM, LENGTH_PENALTY)
+    so_far = 0
+    for i, tried in enumerate(chosen["tried"][1:], start=1):
+        assert tried["p"] == pytest.approx(chance(outputs[i], outputs[so_far], references, "bleu",
+                                                  run.tokenizers[1]), abs=1e-3)
+        if tried["bleu"] > chosen["tried"][so_far]["bleu"] and tried["p"] < SIGNIFICANCE:
+            so_far = i
+    assert (chosen["beam"], chosen["length_penalty"]) == (chosen["tried"][so_far]["beam"],
+                                                          chosen["tried"][so_far]["length_penalty"])
+    if chosen["beam"] > 1:  # the penalties were tried at the chosen width
         assert {t["length_penalty"] for t in chosen["tried"] if t["beam"] == chosen["beam"]} >= set(PENALTIES)
-    assert "decoding chosen on validation BLEU" in stdout
+    assert "decoding chosen on validation BLEU" in stdout and f"p < {SIGNIFICANCE}" in stdout
     assert run.decoding() == (chosen["beam"], chosen["length_penalty"])
 
 
