@@ -2,7 +2,7 @@
 
 Each task is trained by the command a user types, `python -m models train --task T`
 (into a temporary run directory), in a fresh process; the table gives its held-out
-exact match and BLEU as `train` reports them (beam 4), the probe's exact match for the
+exact match and BLEU as `train` reports them (the decoding it chose), the probe's exact match for the
 tasks that have one (`python -m models tasks --probe T`, scored by `evaluate`), and the
 wall and CPU time of the training command. Run it alone: the times are the machine's.
 
