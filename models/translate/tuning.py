@@ -65,12 +65,12 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
     a lead as large, over the choice it was compared with): {"beam", "length_penalty", "metric",
     "tried"}.
 
-    The usual decoding is tried first and stays chosen unless a later try beats the choice so far
-    significantly (`beats`); a perfect score ends the search. With a `deadline` (by `clock`), a try
-    is started only if it, and then a report `report_share` times as long as a validation pass with
-    the chosen beam, would end before it. In an mpiexec job every rank calls it: the ranks share
-    each try's sentences, and rank 0's clock decides for all of them whether a try fits (each
-    rank's alone could disagree)."""
+    The usual decoding is tried first and stays chosen unless a later try scores higher than the
+    choice so far with `chance` under SIGNIFICANCE; a perfect score ends the search. With a
+    `deadline` (by `clock`), a try is started only if it, and then a report `report_share` times as
+    long as a validation pass with the chosen beam, would end before it. In an mpiexec job every
+    rank calls it: the ranks share each try's sentences, and rank 0 decides for all of them whether
+    a try fits (by its clock) and whether it wins (each rank's alone could disagree)."""
     sources = run.held_out("valid")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
     tried: list[dict] = []
@@ -100,7 +100,8 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
         if len(tried) > 1:
             p = chance(translated, outputs[chosen], references, metric, run.tokenizers[1])
             tried[-1]["p"] = round(p, 3)
-            if tried[-1][metric] > tried[chosen][metric] and p < SIGNIFICANCE:
+            better = tried[-1][metric] > tried[chosen][metric] and p < SIGNIFICANCE
+            if dist.broadcast(np.array([better], dtype=np.int64))[0]:  # rank 0's word, should a rank's seed differ
                 chosen = len(tried) - 1
 
     for beam in WIDTHS:
