@@ -188,8 +188,8 @@ def corpus_defaults(n_pairs: int) -> dict:
     target embedding (--tie-output; 285,000 fewer parameters on Tatoeba), within the noise without
     the weight decay, was ahead with it in all four comparisons at fixed steps (one model, two
     seeds; the ensemble, two seeds; +0.2 to +0.5 BLEU on the two splits weighted by their sources),
-    so a corpus ties it (--no-tie-output for its own), below TIE_BELOW pairs. GELU instead of ReLU in the feed-forward
-    layers scored higher on the test split with each of three seeds at 5,000 steps (+0.7 BLEU on
+    so a corpus ties it (--no-tie-output for its own), below TIE_BELOW pairs. GELU instead of ReLU
+    in the feed-forward layers scored higher on the test split with each of three seeds at 5,000 steps (+0.7 BLEU on
     average; +0.2 on validation; not seen in two ten-minute runs of the ensemble; at least as good
     as ReLU in the ensemble at 4,300 steps, both seeds and both splits), in its tanh form: the same
     scores as exact GELU, whose erf NumPy lacks (a step 36% slower than ReLU's, the tanh form's

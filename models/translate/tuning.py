@@ -74,7 +74,7 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
     sources = run.held_out("valid")
     texts, references = [s for s, _ in sources], [refs for _, refs in sources]
     tried: list[dict] = []
-    outputs: dict[int, list[str]] = {}  # each try's translations, by its index in `tried`
+    outputs: list[list[str]] = []  # each try's translations, in the order of `tried`
     chosen = 0  # the index of the choice so far
 
     def seconds(beam: int) -> float:
@@ -96,7 +96,7 @@ def choose_decoding(run: Run, metric: str, deadline: float | None = None, report
         tried.append({"beam": beam, "length_penalty": penalty, "bleu": round(metrics["bleu"], 2),
                       "chrf": round(metrics["chrf"], 2), "exact_match": round(metrics["exact_match"], 2),
                       "seconds": round(clock() - begun, 2)})
-        outputs[len(tried) - 1] = translated
+        outputs.append(translated)
         if len(tried) > 1:
             p = chance(translated, outputs[chosen], references, metric, run.tokenizers[1])
             tried[-1]["p"] = round(p, 3)
