@@ -275,7 +275,7 @@ def ensemble_epochs(settings: TrainSettings) -> float:
 def train_processes(requested: int | None, settings: TrainSettings) -> int:
     """How many processes `train` should start itself (launch.py): 1 when it is one of an
     mpiexec job already; one per model of an ensemble (--members); `requested` if given, else,
-    for a corpus model wide enough to gain, one per idle core (`launch.auto_processes`)."""
+    for a corpus model on the CPU wide enough to gain, one per idle core (`launch.auto_processes`)."""
     if dist.launched_by_mpi():
         return 1
     if settings.members > 1:
@@ -285,6 +285,8 @@ def train_processes(requested: int | None, settings: TrainSettings) -> int:
         return asked_for("--members", settings.members)
     if requested is not None:
         return asked_for("--processes", requested)
+    if settings.device != "cpu":
+        return 1  # as in choose_processes: idle CPU cores say nothing of a GPU (--processes N: a GPU a rank)
     wanted = auto_processes(settings.data is not None, settings.d_model, settings.batch_size)
     return for_idle_cores(wanted, f"training on {wanted} processes (--processes 1 for one)")
 

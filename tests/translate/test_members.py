@@ -177,6 +177,18 @@ def test_members_need_a_process_each(monkeypatch, tmp_path):
         cli.train_processes(None, settings)
 
 
+def test_one_model_on_a_gpu_stays_on_one_process_however_many_cores_are_idle(monkeypatch, tmp_path):
+    """`train --data F --device cuda --members 1` on a one-GPU machine with 16 idle cores started 3
+    data-parallel ranks on the one GPU (seen on an H200): the idle cores choose processes on the CPU only."""
+    settings = settings_for({"data": str(write_anki(tmp_path / "fra.txt", n_sources=40)), "d_model": 128})
+    monkeypatch.setattr(launch, "idle_cores", lambda: 16)
+    monkeypatch.setattr(cli, "can_launch", lambda: None)
+    assert cli.train_processes(None, settings) == 3  # the CPU: at least 32 pairs of each batch of 96 a process
+    settings.device = "cuda"
+    assert cli.train_processes(None, settings) == 1
+    assert cli.train_processes(2, settings) == 2  # asked for: a rank on each of two GPUs
+
+
 def test_an_ensemble_keeps_more_of_the_budget_for_its_decoding_unless_its_ranks_share_it():
     """Its decoding is chosen and reported with every model: each a rank decodes beyond the first
     adds half a share, and the ranks of a job share the sentences (sharing.py)."""
