@@ -140,9 +140,27 @@ def can_launch() -> str | None:
         import mpi4py  # noqa: F401  (only whether it is there)
     except ImportError:
         return "mpi4py is not installed"
-    if mpiexec() is None:
+    command = mpiexec()
+    if command is None:
         return "no mpiexec was found"
+    if refuses_root(command):
+        return ("Open MPI's mpiexec refuses to run as root (unless OMPI_ALLOW_RUN_AS_ROOT=1 and "
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set)")
     return None
+
+
+def refuses_root(command: str) -> bool:
+    """Whether the mpiexec `command` is Open MPI's, and this process root without Open MPI's two
+    permissions: it then starts nothing and prints a page of warning (seen on a GPU machine whose
+    image has Open MPI and not the mpich wheel, whose mpiexec `mpiexec()` would prefer)."""
+    allowed = os.environ.get("OMPI_ALLOW_RUN_AS_ROOT") and os.environ.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+    if getattr(os, "geteuid", lambda: 1)() != 0 or allowed:
+        return False
+    try:
+        said = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # launching will say what is wrong, in its own words
+    return "Open MPI" in said.stdout + said.stderr or "OpenRTE" in said.stdout + said.stderr
 
 
 def launch(processes: int, argv: list[str], started: float) -> int:

@@ -51,6 +51,36 @@ def test_processes_asked_for_without_mpi_is_one_clear_error(monkeypatch, tmp_pat
     assert cli.train_processes(None, settings) == 1  # idle cores, but no mpi: one process, and a note
 
 
+def test_open_mpi_run_as_root_is_a_reason_not_to_launch(monkeypatch, tmp_path):
+    """Open MPI's mpiexec, run as root, refuses to start anything unless two variables allow it: a
+    `train --data` that chose to start processes then failed with Open MPI's page of warning
+    (seen on a GPU machine). mpich's mpiexec runs as root, and so does Open MPI's when allowed."""
+    pytest.importorskip("mpi4py")
+    fake = tmp_path / "mpiexec"
+    monkeypatch.setattr(launch, "mpiexec", lambda: str(fake))
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0, raising=False)
+    for name in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        monkeypatch.delenv(name, raising=False)
+    fake.write_text("#!/bin/sh\necho 'mpiexec (OpenRTE) 4.1.6'\necho 'Report bugs to https://www.open-mpi.org'\n")
+    fake.chmod(0o755)
+    assert launch.can_launch() == ("Open MPI's mpiexec refuses to run as root (unless OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                   "and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set)")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    assert launch.can_launch() is not None  # one of the two is not enough
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    assert launch.can_launch() is None
+    monkeypatch.delenv("OMPI_ALLOW_RUN_AS_ROOT")
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 1000, raising=False)
+    assert launch.can_launch() is None  # not root
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0, raising=False)
+    fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\necho '    Version: 4.3.0'\n")  # mpich's
+    assert launch.can_launch() is None
+    settings = settings_for({"data": str(write_anki(tmp_path / "fra.txt", n_sources=40))})
+    fake.write_text("#!/bin/sh\necho 'mpiexec (Open MPI) 5.0.3'\n")
+    with pytest.raises(ValueError, match=r"--processes 2: Open MPI's mpiexec refuses to run as root .*: pip install"):
+        cli.train_processes(2, settings)
+
+
 @needs_mpi
 def test_train_starts_its_own_processes(tmp_path):
     """`train --processes 2`, started without mpiexec, trains on 2 processes it started itself, which
