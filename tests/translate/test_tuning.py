@@ -18,9 +18,10 @@ from models.translate import tuning
 def fake(monkeypatch):
     clock = SimpleNamespace(now=0.0)
 
-    def choose(scores: dict, metric="bleu", deadline=None, report_share=0.0):
+    def choose(scores: dict, metric="bleu", deadline=None, report_share=0.0, cost=lambda beam: beam):
+        clock.now = 0.0
         def translate_shared(run, texts, beam, length_penalty):
-            clock.now += beam  # a try takes its width in seconds
+            clock.now += cost(beam)  # a try takes its width in seconds, unless told otherwise
             return [(beam, length_penalty)] * len(texts)
 
         def score(outputs, references, tokenizer):
@@ -90,6 +91,18 @@ def test_a_deadline_keeps_time_for_the_report(fake):
     so is the rest."""
     chosen, tried = fake(ALL_EQUAL, deadline=14, report_share=1.0)
     assert tried == [(6, 0.6), (1, 0.6)] and chosen == (6, 0.6)
+
+
+def test_a_deadline_guesses_a_width_tried_by_its_own_time_and_leaves_greedy_search_out(fake):
+    """Greedy search takes 3 s here, more a width than beam 6 (1 s a width): beam 6 ends at 6;
+    greedy (guessed 1 s) at 9; beam 2, guessed 2 s from beam 6 alone, at 11; beam 4 at 15; the
+    penalties at width 6, guessed 6 s each (what width 6 took), at 21 and 27: all within 27. Had
+    greedy's 3 s a width counted, beam 4 would have been guessed at 12 s and the penalties at 18,
+    past 27, and left out."""
+    chosen, tried = fake(ALL_EQUAL, deadline=27, cost=lambda beam: 3 if beam == 1 else beam)
+    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6), (6, 0.0), (6, 1.0)] and chosen == (6, 0.6)
+    chosen, tried = fake(ALL_EQUAL, deadline=26, cost=lambda beam: 3 if beam == 1 else beam)
+    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6), (6, 0.0)]  # the last would end at 27
 
 
 REFERENCES = [[f"reference {i} is right", f"also right {i}"] for i in range(200)]
