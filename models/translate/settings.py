@@ -164,49 +164,26 @@ minutes here), not at a measured crossing."""
 def corpus_defaults(n_pairs: int) -> dict:
     """Model, vocabulary and schedule for a --data corpus of `n_pairs` pairs.
 
-    Ten minutes (`--time 10m`): the run makes as many steps of 96 pairs as fit, on every
-    idle core (launch.py), up to about 60 epochs but at least 1000 steps (a corpus under
-    1,600 pairs gets more: 216 pairs, about 440 epochs; `train` prints what it chose). On
-    the 18k-pair Tatoeba English-French list, test BLEU was flat from 25 to 55 epochs, and
-    a small corpus need not take its ten minutes. Most of a step is the matrix products,
-    and the output layer's share grows with the vocabulary, so the vocabulary grows with
-    the corpus (about one piece per 8 pairs) up to 4000 pieces (on Tatoeba a step of 96
-    pairs took 0.19 s with 2200 target pieces and 0.24 s with 6200). A small corpus gets a
-    smaller model, which overfits less. On the Tatoeba list this is 2300 pieces per side,
-    4 heads of a 128-wide model and 2 layers, and a weight decay of 0.3 (docs/translate.md:
-    "Your own corpus", which has the measurements behind these choices: 2 layers and more
-    steps beat 3 layers (and 3 encoder layers with 1 decoder layer), batches of 96 beat 64,
-    lr 2e-3 beat 1e-3 and 3e-3 (then: 4e-3 now, below), dropout 0.1 beat 0, 0.05, 0.2 and
-    0.3, label smoothing 0.1 matched 0.2, a 128-wide model matched a 256-wide one in the same
-    time (and a 192-wide ensemble a 128-wide one, with weight decay), weight decay 0.3 beat
-    0.1, 0.03, 1 and none (+2 BLEU for one model), and with it the decay kept off biases and
-    LayerNorm beat the decay on every weight (+0.5 for one model, three runs); a learning rate falling in a
-    straight line to 0 (--schedule linear), more pieces (one per 5 pairs), fewer pieces, a shared
-    vocabulary, subword sampling, checkpoint averaging, R-Drop, word dropout, a weight decay
-    of 0.5, feed-forward layers of 256, pairs concatenated two by two and the embeddings spared the
-    weight decay did not pay, and 8 or 16 heads were within the noise). The output layer tied to the
-    target embedding (--tie-output; 285,000 fewer parameters on Tatoeba), within the noise without
-    the weight decay, was ahead with it in all four comparisons at fixed steps (one model, two
-    seeds; the ensemble, two seeds; +0.2 to +0.5 BLEU on the two splits weighted by their sources),
-    so a corpus ties it (--no-tie-output for its own), below TIE_BELOW pairs. GELU instead of ReLU
-    in the feed-forward layers scored higher on the test split with each of three seeds at 5,000 steps (+0.7 BLEU on
-    average; +0.2 on validation; not seen in two ten-minute runs of the ensemble; at least as good
-    as ReLU in the ensemble at 4,300 steps, both seeds and both splits), in its tanh form: the same
-    scores as exact GELU, whose erf NumPy lacks (a step 36% slower than ReLU's, the tanh form's
-    10%).
-    Pre-LN (--norm-first) scored higher on test and lower on validation, one model and the ensemble:
-    within the noise. Dropout only on the embeddings and sublayer outputs, none on the attention
-    weights and feed-forward activations (fairseq's defaults), about +0.2 on the two splits
-    weighted by their sources over three seeds of one model and two of the ensemble (4 of 5
-    ahead), with a step about 3% cheaper: small, but the same sign and no cost.
-    A peak learning rate of 4e-3: with the weight decay and the tied output, at 2,800 steps (what a model of
-    the ensemble makes in ten minutes on the slower machine measured) one model scored 2.2 BLEU above 2e-3 on
-    test over three seeds (1.2 on validation), ahead of 3e-3 and 5e-3 too, and the ensemble 0.6 and 1.1 above
-    on test with two seeds (0.3 and 1.1 on validation); at that rate a weight decay of 0.15 (the decay a step
-    of 0.3 at 2e-3) was behind on test (-1.4, -0.1) and level on validation, and warm-ups of 200 and 600 steps
-    lost with seed 1 (about -1 on both splits) and moved seed 0 by under a BLEU either way.
-    The idle cores train an ensemble, a model each, where each model would make ENSEMBLE_EPOCHS or more
-    in the budget, and one model data-parallel where fewer (launch.py).
+    Ten minutes (`--time 10m`): as many steps of 96 pairs as fit, on every idle core (launch.py),
+    up to about 60 epochs but at least 1000 steps (a corpus under 1,600 pairs gets more: 216
+    pairs, about 440 epochs; `train` prints what it chose). A small corpus need not take its ten
+    minutes: on the 18k-pair Tatoeba English-French list test BLEU was flat from 25 to 55 epochs.
+    Most of a step is the matrix products, and the output layer's share grows with the
+    vocabulary (a step of 96 pairs took 0.19 s with 2200 target pieces and 0.24 s with 6200), so
+    the vocabulary grows with the corpus, about a piece per 8 pairs, up to 4000 pieces; a corpus
+    under 3,000 pairs gets a smaller model, which overfits less. On the Tatoeba list that is 2300
+    pieces a side and 2 layers of a 128-wide model with 4 heads and GELU (its tanh form: NumPy
+    has no erf), at a peak learning rate of 4e-3, with a weight decay of 0.3 kept off biases and
+    LayerNorm, dropout on the embeddings and sublayer outputs only (fairseq's defaults), and the
+    output layer tied to the target embedding below TIE_BELOW pairs.
+
+    Each of these was measured against its alternatives on Tatoeba lists, and so were the changes
+    that did not pay (3 layers, other widths, batches, rates, warm-ups, decays and dropouts, more
+    or fewer pieces, a shared vocabulary, subword sampling, label smoothing 0.2, checkpoint
+    averaging, R-Drop, word dropout, pre-LN, a linear decay): docs/translate.md, "Your own
+    corpus", has the tables and runs. The idle cores train an ensemble, a model each, where each
+    model would make ENSEMBLE_EPOCHS or more in the budget, and one model data-parallel where
+    fewer (launch.py).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
