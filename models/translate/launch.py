@@ -157,10 +157,11 @@ def refuses_root(command: str) -> bool:
     if getattr(os, "geteuid", lambda: 1)() != 0 or allowed:
         return False
     try:
-        said = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=30)
+        done = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False  # launching will say what is wrong, in its own words
-    return "Open MPI" in said.stdout + said.stderr or "OpenRTE" in said.stdout + said.stderr
+    said = done.stdout + done.stderr
+    return "Open MPI" in said or "OpenRTE" in said
 
 
 def launch(processes: int, argv: list[str], started: float) -> int:
