@@ -118,6 +118,8 @@ class TrainSettings:
                                  Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"), fixed=True, metavar="X")
     rdrop: float = option(0.0, "R-Drop: each pair twice a step, this weight on the two predictions' KL divergence",
                           Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"))
+    clip_norm: float = option(1.0, "each step scales the gradients down to a global L2 norm of at most this "
+                                   "(0: never)", Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"), metavar="X")
     seed: int = option(0, "seeds the split, the weights, the batch order and dropout", NOT_NEGATIVE, fixed=True)
     n_train: int = option(20000, "training pairs a task draws", WHOLE, fixed=True)
     n_held_out: int = option(500, "validation pairs a task draws, and as many test pairs", WHOLE, fixed=True)

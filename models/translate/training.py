@@ -190,7 +190,8 @@ class Trainer:
 
     def _loop(self, progress, stop: list) -> str:
         self.model.train()
-        step = train_step(self.model, self.optimizer, self.s.label_smoothing, self.s.jit, self.s.rdrop, self.shards)
+        step = train_step(self.model, self.optimizer, self.s.label_smoothing, self.s.jit, self.s.rdrop, self.shards,
+                          self.s.clip_norm)
         device = tx.get_backend(self.s.device)
         tokens, started = 0, time.perf_counter()
         for src, tgt_in, tgt_out in self.batches():
@@ -381,11 +382,12 @@ class Trainer:
 
 
 def train_step(model: dist.DataParallel | Transformer, optimizer: optim.Optimizer, label_smoothing: float, jit: bool,
-               rdrop: float = 0.0, shards: int = 1):
+               rdrop: float = 0.0, shards: int = 1, clip_norm: float = 1.0):
     """One step as a function of the batch's id Tensors and its real-token count (a Tensor, so
     that it is data, not part of the jit's signature), returning the loss: jitted unless --no-jit.
     With `rdrop` the batch holds every pair twice and the loss adds R-Drop's term. `shards`: the
-    data-parallel ranks the batch is split over (`token_mean`)."""
+    data-parallel ranks the batch is split over (`token_mean`); `clip_norm`: the gradients' global
+    norm's bound (0: none)."""
     params = model.parameters()
 
     def step(src: tx.Tensor, tgt_in: tx.Tensor, tgt_out: tx.Tensor, n_tokens: tx.Tensor) -> tx.Tensor:
@@ -395,7 +397,8 @@ def train_step(model: dist.DataParallel | Transformer, optimizer: optim.Optimize
             loss = loss + rdrop * rdrop_term(logits, tgt_out, n_tokens, shards)
         optimizer.zero_grad()
         loss.backward()  # DataParallel averages the gradients over the ranks here
-        optim.clip_grad_norm(params, 1.0)
+        if clip_norm:
+            optim.clip_grad_norm(params, clip_norm)
         optimizer.step()
         return loss
 

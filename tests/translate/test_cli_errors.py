@@ -80,6 +80,7 @@ def copy_of(trained, tmp_path):
     (["--lr", "nan"], ["--lr", "nan"]),
     (["--dropout", "1.0"], ["--dropout", "[0, 1)"]),
     (["--label-smoothing", "2"], ["--label-smoothing"]),
+    (["--clip-norm", "-1"], ["--clip-norm", ">= 0"]),
     (["--d-model", "10", "--num-heads", "4"], ["divisible"]),
     (["--tokenizer", "char"], ["--tokenizer", "its own tokenisation"]),
     (["--vocab-size", "100"], ["--vocab-size", "its own tokenisation"]),

@@ -78,6 +78,34 @@ def test_weight_decay_shrinks_each_matrix_by_the_learning_rate_times_it_before_t
     assert vectors > 0
 
 
+def test_clip_norm_bounds_the_gradients_norm_and_0_turns_it_off(tmp_path, monkeypatch):
+    """A bound never reached (1e9) trains as no clipping (0) does, loss for loss; a bound reached at
+    every step (1e-4) scales each step's gradients by its own factor, which Adam's first step
+    ignores (it divides the gradients by their own size) and its later steps do not. The bound
+    given is the one the step clips to."""
+    import tinygrad_tx.optim as optim
+
+    bounds = []
+    clip = optim.clip_grad_norm
+    monkeypatch.setattr(optim, "clip_grad_norm", lambda params, bound: bounds.append(bound) or clip(params, bound))
+
+    def losses(name: str, clip_norm: float) -> list[float]:
+        trainer = Trainer(TrainSettings(**{**SMALL, "clip_norm": clip_norm, "log_every": 1}, out=str(tmp_path / name)))
+        trainer.start()
+        trainer.train(Quiet())
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [record["loss"] for record in map(json.loads, lines) if "loss" in record]
+
+    never, bounds_never = losses("none", 0.0), list(bounds)
+    unreached = losses("unreached", 1e9)
+    tight = losses("tight", 1e-4)
+    assert bounds_never == [] and set(bounds) == {1e9, 1e-4}
+    assert len(never) == SMALL["steps"] and unreached == never
+    assert tight[:2] == pytest.approx(never[:2], rel=1e-4)  # the first step's loss, and the second's after Adam's first step
+    assert tight != pytest.approx(never, rel=1e-4)
+    assert settings_for({"task": "copy"}).clip_norm == 1.0
+
+
 def test_schedule_linear_falls_to_zero_and_runs_from_before_keep_the_cosine(tmp_path):
     assert settings_for({"task": "copy"}).schedule == "cosine"
     trainer = Trainer(TrainSettings(**{**SMALL, "schedule": "linear"}, out=str(tmp_path / "linear")))
