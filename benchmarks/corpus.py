@@ -29,7 +29,8 @@ weights and feed-forward activations (fairseq's defaults); two-tied, the ensembl
 layer tied to the target embedding (--tie-output); two-lr-4e-3, the ensemble with a peak learning rate
 of 4e-3 instead of 2e-3 (now a default); two-decay-0.15, at that rate a weight decay of 0.15 instead of
 0.3, and two-warmup-200 and two-warmup-600, warm-ups of 200 and 600 steps instead of 400 (none a
-default). Every
+default); two-no-clip and two-clip-0.5, the gradients unclipped or clipped to a global norm of 0.5
+instead of 1 (--clip-norm; both behind 1). Every
 row scores its held-out test split with greedy search, beam 4 (the fixed decoding before)
 and the beam and length penalty the run chose on its validation set, and gives chrF of
 that last, the steps it made and the CPU seconds of all its processes. Then the curve of
@@ -144,6 +145,12 @@ ROWS = {
                        {"members": 2, "warmup": 200, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
     "two-warmup-600": ("an ensemble of 2 models, a process each: a warm-up of 600 steps instead of 400",
                        {"members": 2, "warmup": 600, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
+    "two-no-clip": ("an ensemble of 2 models, a process each: no gradient clipping (--clip-norm 0) instead of "
+                    "a global norm of 1",
+                    {"members": 2, "clip_norm": 0.0, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
+    "two-clip-0.5": ("an ensemble of 2 models, a process each: the gradients clipped to a global norm of 0.5 "
+                     "instead of 1",
+                     {"members": 2, "clip_norm": 0.5, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
