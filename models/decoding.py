@@ -34,21 +34,32 @@ def _log_probs(model: Transformer, tokens: np.ndarray, memory, src, cache, eos_i
     return logits.masked_fill(never, -np.inf).log_softmax(axis=-1).data
 
 
+def row_limits(max_len: int | np.ndarray, rows: int) -> np.ndarray:
+    """`max_len` as one limit a source, (rows,): a number is every row's."""
+    limits = np.broadcast_to(np.asarray(max_len, dtype=np.int64), (rows,))
+    if (limits < 1).any():
+        raise ValueError(f"max_len must be at least 1 for every source, got {limits.min()}")
+    return limits
+
+
 @tx.no_grad()
-def greedy_decode(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int) -> np.ndarray:
-    """The most likely next token at every step (EOS not first), until every row has produced EOS."""
+def greedy_decode(model: Transformer, src: Any, max_len: int | np.ndarray, bos_id: int, eos_id: int) -> np.ndarray:
+    """The most likely next token at every step (EOS not first), until every row has produced EOS
+    or reached its `max_len` (one for all, or one a row: a row's output then depends on its own
+    source alone, never on the rows batched with it)."""
     src, backend = token_ids(src, model.device), tx.get_backend(model.device)
     memory, cache = model.encode(src), model.new_cache()
     B, pad = src.shape[0], model.config.pad_id
-    out = np.full((B, max_len), pad, dtype=np.int64)
+    limits = row_limits(max_len, B)
+    out = np.full((B, limits.max()), pad, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
     step, length = np.full((B, 1), bos_id, dtype=np.int64), 0
-    while length < max_len and not done.all():
+    while not done.all():
         logp = _log_probs(model, step, memory, src, cache, eos_id if length == 0 else None)  # (B, V)
         step = backend.to_host(logp.argmax(axis=-1))[:, None]  # (B, 1)
         out[:, length] = np.where(done, pad, step[:, 0])
-        done |= step[:, 0] == eos_id
         length += 1
+        done |= (step[:, 0] == eos_id) | (length >= limits)
     return out[:, :length]
 
 
@@ -60,7 +71,7 @@ def gnmt_penalty(length: np.ndarray | int, alpha: float) -> np.ndarray | float:
 
 
 @tx.no_grad()
-def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id: int,
+def beam_search(model: Transformer, src: Any, max_len: int | np.ndarray, bos_id: int, eos_id: int,
                 beam_size: int = 4, length_penalty: float = 0.6, record: BeamTree | None = None) -> np.ndarray:
     """Keep the `beam_size` best prefixes per source; return the best finished hypothesis.
 
@@ -69,22 +80,25 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
     log-probability / gnmt_penalty(length, `length_penalty`) (0 compares plain
     log-probabilities). A source is done when no live prefix can still beat its best
     finished hypothesis: a prefix's log-probability only falls as it grows, so the most it
-    can still score is its log-probability over the largest penalty it could reach. The
-    search stops when every source is done (or at `max_len`).
+    can still score is its log-probability over the largest penalty it could reach. A source
+    is also done at its `max_len` (one for all, or one a source, so that its output depends on
+    it alone, not on the sources batched with it), its live prefixes, cut there, competing too.
+    The search stops when every source is done.
 
     `record`, a `BeamTree`, is given every candidate of every step (for the explorer's tree);
     it only reads what the search computed anyway.
     """
     src, backend = token_ids(src, model.device), tx.get_backend(model.device)
     xp, B, K, pad = backend.xp, src.shape[0], beam_size, model.config.pad_id
+    limits = row_limits(max_len, B)  # (B,)
     rows = np.repeat(np.arange(B), K)  # each source once per beam
     src = src[rows]  # (B·K, S)
     memory, cache = model.encode(src), model.new_cache()
     prefixes = np.zeros((B, K, 0), dtype=np.int64)  # generated so far, BOS excluded
     scores = np.tile([0.0] + [-np.inf] * (K - 1), (B, 1))  # (B, K): one live beam at the start
-    finished = _Finished(B, K, max_len, pad)
+    finished = _Finished(B, K, limits.max(), pad)
     step = np.full((B * K, 1), bos_id, dtype=np.int64)
-    for length in range(1, max_len + 1):
+    for length in range(1, limits.max() + 1):
         logp = _log_probs(model, step, memory, src, cache, eos_id if length == 1 else None)  # (B·K, V), on the device
         V = logp.shape[-1]
         candidates = (backend.from_host(scores)[:, :, None] + logp.reshape(B, K, V)).reshape(B, K * V)
@@ -101,16 +115,18 @@ def beam_search(model: Transformer, src: Any, max_len: int, bos_id: int, eos_id:
                         gnmt_penalty(length, length_penalty))
         prefixes = np.take_along_axis(grown, live[:, :, None], axis=1)  # (B, K, length)
         scores = np.take_along_axis(top_scores, live, axis=-1)
-        reachable = max(gnmt_penalty(min(length + 1, max_len), length_penalty), gnmt_penalty(max_len, length_penalty))
+        at_limit = length >= limits  # (B,) its live prefixes, cut here, compete too; then it is done
+        finished.add(prefixes, scores / gnmt_penalty(length, length_penalty), np.repeat(at_limit[:, None], K, axis=1))
+        finished.done |= at_limit
+        reachable = np.maximum(gnmt_penalty(np.minimum(length + 1, limits), length_penalty),
+                               gnmt_penalty(limits, length_penalty))  # (B,)
         finished.close(scores.max(axis=-1) / reachable)
-        if finished.all_done() or length == max_len:
+        if finished.all_done():
             break
         parent = np.take_along_axis(beam, live, axis=-1)  # (B, K)
         for c in cache:
             c.reorder((np.arange(B)[:, None] * K + parent).reshape(-1))
         step = prefixes[:, :, -1].reshape(B * K, 1)
-    # sources not done at max_len: their live prefixes, cut there, compete too
-    finished.add(prefixes, scores / gnmt_penalty(length, length_penalty), np.ones((B, K), dtype=bool))
     return finished.best()
 
 

@@ -68,7 +68,7 @@ def translate(model: Transformer, sentences: Sequence[str], src_vocab: Vocab, tg
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
         src = encode_sources([sentences[i] for i in batch], src_vocab, tokenizers[0], max_len - 2)
-        limit = min(max_len - 1, 2 * src.shape[1] + 10)
+        limit = np.minimum(max_len - 1, 2 * (src != PAD_ID).sum(axis=1) + 10)  # (B,) each source's own
         if beam > 1 or record is not None:
             ids = beam_search(model, src, limit, BOS_ID, EOS_ID, beam_size=beam, length_penalty=length_penalty,
                               record=record)

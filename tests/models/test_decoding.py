@@ -119,6 +119,35 @@ def test_beam_search_layout_and_early_stop():
     assert len(steps) < 10  # stopped once every beam had ended
 
 
+@pytest.mark.parametrize("search", ["greedy", "beam, α 0.6", "beam, α 1.5"])
+def test_a_limit_a_source_decodes_each_as_it_would_alone(search):
+    """With one `max_len` a source, a row's output is the one it gets decoded alone with its own
+    limit: the rows batched with it change nothing (a batch's one limit made a long-output
+    search of a short source depend on the longest source beside it)."""
+    model = small(dtype=np.float64)
+    model.out.bias.data[EOS] += 0.3  # some rows end early, some run to their limit
+    src, limits = sources(), np.arange(16) % 7 + 2
+    if search == "greedy":
+        decode = lambda s, limit: greedy_decode(model, s, limit, BOS, EOS)
+    else:
+        alpha = float(search.split("α ")[1])
+        decode = lambda s, limit: beam_search(model, s, limit, BOS, EOS, beam_size=3, length_penalty=alpha)
+    together = decode(src, limits)
+    assert together.shape[1] <= limits.max()
+    ran_to_limit = 0
+    for row, limit in enumerate(limits):
+        alone = decode(src[row:row + 1], int(limit))[0]
+        np.testing.assert_array_equal(together[row, :len(alone)], alone)
+        assert np.all(together[row, len(alone):] == PAD)
+        ran_to_limit += len(alone) == limit and EOS not in alone
+    assert ran_to_limit > 2, "the test needs rows cut at their own limits"
+
+
+def test_a_limit_below_one_is_refused():
+    with pytest.raises(ValueError, match="max_len must be at least 1"):
+        greedy_decode(small(), sources(n=2), np.array([3, 0]), BOS, EOS)
+
+
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_cached_decoding_equals_recomputing_the_prefix(norm_first):
     model = small(dtype=np.float64, norm_first=norm_first)

@@ -50,3 +50,22 @@ def test_cross_attention_of_an_empty_output_is_the_bos_row():
                         dropout=0.0, max_len=16).eval()
     weights = cross_attention(model, np.array([[4, 5, 6]]), [])  # the model said nothing: only BOS was fed
     assert weights.shape == (2, 1, 3) and np.allclose(weights.sum(-1), 1)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_translation_does_not_depend_on_the_sentences_beside_it(beam):
+    """An untrained model rarely says EOS, so its outputs run to their length limit: a short
+    source's limit is its own (twice its tokens and 10), not that of a longer one in its batch."""
+    from models import Transformer
+    from models.text.data import Vocab
+    from models.translate.evaluation import translate
+
+    words = "a b c d e f g h".split()
+    vocab, word = Vocab.build([words]), Tokenizer("word")
+    model = Transformer(len(vocab), len(vocab), d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                        d_ff=32, dropout=0.0, max_len=64).eval()
+    short, long = "a b", " ".join(words * 2)
+    alone = translate(model, [short], vocab, vocab, (word, word), beam=beam)[0]
+    beside = translate(model, [short, long], vocab, vocab, (word, word), beam=beam)[0]
+    assert beside == alone
+    assert len(alone.split()) == 2 * 2 + 10  # it ran to its own limit: the case a shared limit got wrong
