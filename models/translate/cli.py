@@ -312,7 +312,7 @@ def for_idle_cores(wanted: int, doing: str) -> int:
 
 
 def describe_decoding(chosen: dict) -> str:
-    """"decoding chosen on validation BLEU: beam 6 (beam 6 α 0.6 45.1; greedy 41.9, p 0.001; beam 2 α 0.6
+    """"decoding chosen on validation BLEU: beam 6 (beam 6 α 1 45.1; greedy 41.9, p 0.001; beam 2 α 1
     45.3, p 0.41; ...; a higher score counts where p < 0.05)": each try's score, and the chance of its
     difference from the choice it was compared with (tuning.py)."""
     metric = chosen["metric"]
@@ -328,7 +328,7 @@ def short_name(beam: int, penalty: float) -> str:
 
 
 def decoding_name(beam: int, penalty: float) -> str:
-    """"greedy", "beam 4", "beam 4, length penalty 1" (the penalty named where it is not the usual one)."""
+    """"greedy", "beam 4", "beam 4, length penalty 0.6" (the penalty named where it is not the usual one)."""
     if beam == 1:
         return "greedy"
     return f"beam {beam}" + ("" if penalty == LENGTH_PENALTY else f", length penalty {penalty:g}")

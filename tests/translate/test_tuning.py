@@ -42,47 +42,47 @@ def fake(monkeypatch):
     return choose
 
 
-ALL_EQUAL = {(6, 0.6): 50, (1, 0.6): 50, (2, 0.6): 50, (4, 0.6): 50, (6, 0.0): 50, (6, 1.0): 50}
+ALL_EQUAL = {(6, 1.0): 50, (1, 1.0): 50, (2, 1.0): 50, (4, 1.0): 50, (6, 0.6): 50, (6, 1.5): 50}
 
 
 def test_the_usual_decoding_first_and_kept_unless_beaten(fake):
     chosen, tried = fake(ALL_EQUAL)
-    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6), (6, 0.0), (6, 1.0)]
-    assert chosen == (6, 0.6)
+    assert tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0), (6, 0.6), (6, 1.5)]
+    assert chosen == (6, 1.0)
 
 
 def test_only_a_significant_lead_over_the_choice_so_far_wins(fake):
     """Greedy's lead of 1 is chance: beam 6 stays; beam 2 leads by 3: chosen; beam 4 leads beam 2 by
     1 (and beam 6 by 4): compared with the choice so far, beam 2, it is chance; so are the penalties."""
-    scores = {(6, 0.6): 50, (1, 0.6): 51, (2, 0.6): 53, (4, 0.6): 54, (2, 0.0): 54, (2, 1.0): 52}
+    scores = {(6, 1.0): 50, (1, 1.0): 51, (2, 1.0): 53, (4, 1.0): 54, (2, 0.6): 54, (2, 1.5): 52}
     chosen, tried = fake(scores)
-    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6), (2, 0.0), (2, 1.0)] and chosen == (2, 0.6)
+    assert tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0), (2, 0.6), (2, 1.5)] and chosen == (2, 1.0)
 
 
 def test_a_significant_lead_of_greedy_search_ends_the_search(fake):
-    chosen, tried = fake({(6, 0.6): 50, (1, 0.6): 53, (2, 0.6): 51, (4, 0.6): 49})
-    assert chosen == (1, 0.6) and tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6)]  # greedy: no penalties
+    chosen, tried = fake({(6, 1.0): 50, (1, 1.0): 53, (2, 1.0): 51, (4, 1.0): 49})
+    assert chosen == (1, 1.0) and tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0)]  # greedy: no penalties
 
 
 def test_penalties_are_tried_at_the_chosen_width(fake):
-    scores = {(6, 0.6): 50, (1, 0.6): 40, (2, 0.6): 45, (4, 0.6): 51, (6, 0.0): 53, (6, 1.0): 51}
+    scores = {(6, 1.0): 50, (1, 1.0): 40, (2, 1.0): 45, (4, 1.0): 51, (6, 0.6): 53, (6, 1.5): 51}
     chosen, tried = fake(scores)
-    assert tried[-2:] == [(6, 0.0), (6, 1.0)] and chosen == (6, 0.0)
+    assert tried[-2:] == [(6, 0.6), (6, 1.5)] and chosen == (6, 0.6)
 
 
 def test_a_perfect_score_ends_the_search(fake):
     """A task that beam 6 gets right on every validation pair keeps beam 6 and costs one try."""
-    assert fake({(6, 0.6): 100}, metric="exact_match") == ((6, 0.6), [(6, 0.6)])
-    assert fake({(6, 0.6): 90, (1, 0.6): 100}, metric="exact_match") == ((1, 0.6), [(6, 0.6), (1, 0.6)])
+    assert fake({(6, 1.0): 100}, metric="exact_match") == ((6, 1.0), [(6, 1.0)])
+    assert fake({(6, 1.0): 90, (1, 1.0): 100}, metric="exact_match") == ((1, 1.0), [(6, 1.0), (1, 1.0)])
 
 
 def test_a_deadline_leaves_out_the_tries_that_would_end_after_it(fake):
     """Widths cost their width in seconds; deadline 14. Beam 6 ends at 6; greedy (guessed 1 s)
     at 7; beam 2 (2 s) at 9, and wins; beam 4 would end at 13: in; at the chosen width, 2,
     penalty 0 would end at 15: left out, and so is penalty 1 (17)."""
-    scores = {(6, 0.6): 50, (1, 0.6): 40, (2, 0.6): 55, (4, 0.6): 56, (2, 0.0): 60, (2, 1.0): 60}
+    scores = {(6, 1.0): 50, (1, 1.0): 40, (2, 1.0): 55, (4, 1.0): 56, (2, 0.6): 60, (2, 1.5): 60}
     chosen, tried = fake(scores, deadline=14)
-    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6)] and chosen == (2, 0.6)
+    assert tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0)] and chosen == (2, 1.0)
 
 
 def test_a_deadline_keeps_time_for_the_report(fake):
@@ -90,7 +90,7 @@ def test_a_deadline_keeps_time_for_the_report(fake):
     and leaves 7 for it; beam 2 would end at 9 with 6 s still to report: past 14, left out, and
     so is the rest."""
     chosen, tried = fake(ALL_EQUAL, deadline=14, report_share=1.0)
-    assert tried == [(6, 0.6), (1, 0.6)] and chosen == (6, 0.6)
+    assert tried == [(6, 1.0), (1, 1.0)] and chosen == (6, 1.0)
 
 
 def test_a_deadline_guesses_a_width_tried_by_its_own_time_and_leaves_greedy_search_out(fake):
@@ -100,9 +100,9 @@ def test_a_deadline_guesses_a_width_tried_by_its_own_time_and_leaves_greedy_sear
     greedy's 3 s a width counted, beam 4 would have been guessed at 12 s and the penalties at 18,
     past 27, and left out."""
     chosen, tried = fake(ALL_EQUAL, deadline=27, cost=lambda beam: 3 if beam == 1 else beam)
-    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6), (6, 0.0), (6, 1.0)] and chosen == (6, 0.6)
+    assert tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0), (6, 0.6), (6, 1.5)] and chosen == (6, 1.0)
     chosen, tried = fake(ALL_EQUAL, deadline=26, cost=lambda beam: 3 if beam == 1 else beam)
-    assert tried == [(6, 0.6), (1, 0.6), (2, 0.6), (4, 0.6), (6, 0.0)]  # the last would end at 27
+    assert tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0), (6, 0.6)]  # the last would end at 27
 
 
 REFERENCES = [[f"reference {i} is right", f"also right {i}"] for i in range(200)]
