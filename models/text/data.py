@@ -167,9 +167,7 @@ class Batcher:
         batches = []
         for start in range(0, n, self.chunk_size):
             chunk = order[start:start + self.chunk_size]
-            # by target length, then source length: a target position costs about twice a source one
-            # (the decoder's cross-attention and the output layer), so its padding is the dearer one
-            chunk = chunk[np.lexsort((src_len[chunk], tgt_len[chunk]))]
+            chunk = chunk[np.lexsort((tgt_len[chunk], src_len[chunk]))]  # by source, then target length
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
