@@ -35,8 +35,8 @@ LENGTH_PENALTY = 1.0
 """GNMT's length penalty α (`decoding.gnmt_penalty`) of beam search, unless a run chose another: on
 the validation splits of eight ten-minute runs of the 18k-pair Tatoeba list, beam 6 scored 0.33 BLEU
 higher on average at α 1 than at 0.6 (six of eight higher), and 0.05 on four runs of the 38k and 76k
-lists; the models' outputs run short of the references there (docs/translate.md: "The length
-penalty")."""
+lists; on the eight runs' test splits, after the choice, 0.07 (docs/translate.md: "The length
+penalty, and the order of a batch")."""
 
 
 class InputTooLong(ValueError):
