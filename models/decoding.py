@@ -116,8 +116,9 @@ def beam_search(model: Transformer, src: Any, max_len: int | np.ndarray, bos_id:
         prefixes = np.take_along_axis(grown, live[:, :, None], axis=1)  # (B, K, length)
         scores = np.take_along_axis(top_scores, live, axis=-1)
         at_limit = length >= limits  # (B,) its live prefixes, cut here, compete too; then it is done
-        finished.add(prefixes, scores / gnmt_penalty(length, length_penalty), np.repeat(at_limit[:, None], K, axis=1))
-        finished.done |= at_limit
+        if at_limit.any():
+            finished.add(prefixes, scores / gnmt_penalty(length, length_penalty), at_limit[:, None])
+            finished.done |= at_limit
         reachable = np.maximum(gnmt_penalty(np.minimum(length + 1, limits), length_penalty),
                                gnmt_penalty(limits, length_penalty))  # (B,)
         finished.close(scores.max(axis=-1) / reachable)
@@ -140,7 +141,7 @@ class _Finished:
         self.done = np.zeros(B, dtype=bool)
 
     def add(self, seqs: np.ndarray, scores: np.ndarray, take: np.ndarray) -> None:
-        """Add hypotheses `seqs` (B, N, L) where `take` (B, N) holds, for sources not yet done."""
+        """Add hypotheses `seqs` (B, N, L) where `take` ((B, N), or (B, 1): all of a source's) holds, for sources not yet done."""
         take = take & ~self.done[:, None] & np.isfinite(scores)
         B, N, L = seqs.shape
         padded = np.full((B, N, self.max_len), self.pad, dtype=np.int64)

@@ -79,7 +79,7 @@ def test_a_perfect_score_ends_the_search(fake):
 def test_a_deadline_leaves_out_the_tries_that_would_end_after_it(fake):
     """Widths cost their width in seconds; deadline 14. Beam 6 ends at 6; greedy (guessed 1 s)
     at 7; beam 2 (2 s) at 9, and wins; beam 4 would end at 13: in; at the chosen width, 2,
-    penalty 0 would end at 15: left out, and so is penalty 1 (17)."""
+    penalty 0.6 would end at 15: left out, and so is penalty 1.5 (17)."""
     scores = {(6, 1.0): 50, (1, 1.0): 40, (2, 1.0): 55, (4, 1.0): 56, (2, 0.6): 60, (2, 1.5): 60}
     chosen, tried = fake(scores, deadline=14)
     assert tried == [(6, 1.0), (1, 1.0), (2, 1.0), (4, 1.0)] and chosen == (2, 1.0)
