@@ -141,7 +141,8 @@ class _Finished:
         self.done = np.zeros(B, dtype=bool)
 
     def add(self, seqs: np.ndarray, scores: np.ndarray, take: np.ndarray) -> None:
-        """Add hypotheses `seqs` (B, N, L) where `take` ((B, N), or (B, 1): all of a source's) holds, for sources not yet done."""
+        """Add hypotheses `seqs` (B, N, L) where `take` holds ((B, N), or (B, 1): all of a source's),
+        for sources not yet done."""
         take = take & ~self.done[:, None] & np.isfinite(scores)
         B, N, L = seqs.shape
         padded = np.full((B, N, self.max_len), self.pad, dtype=np.int64)
