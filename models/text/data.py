@@ -129,6 +129,7 @@ class Batcher:
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.chunk_size = chunk_batches * batch_size
         self.length_multiple = length_multiple
+        self.sort_first = "source"  # whose length orders a chunk first: "source" or "target" (docs/translate.md)
 
     def __len__(self) -> int:
         """Batches per epoch (only the very last batch may be smaller)."""
@@ -167,7 +168,8 @@ class Batcher:
         batches = []
         for start in range(0, n, self.chunk_size):
             chunk = order[start:start + self.chunk_size]
-            chunk = chunk[np.lexsort((tgt_len[chunk], src_len[chunk]))]  # by source, then target length
+            by = (tgt_len[chunk], src_len[chunk])  # by source length, then target length (lexsort: the last key first)
+            chunk = chunk[np.lexsort(by if self.sort_first == "source" else by[::-1])]
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]

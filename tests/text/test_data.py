@@ -110,6 +110,18 @@ def test_batches_group_similar_lengths():
     assert max(spreads) <= 2 < overall
 
 
+def test_batches_may_group_by_target_length_first():
+    """`sort_first = "target"` (the order benchmarks/corpus.py measures against the default): the
+    targets' lengths spread as little as the sources' do by default, the same pairs in an epoch."""
+    src, tgt = random_corpus()
+    by_source, by_target = (data.Batcher(src, tgt, batch_size=32, seed=0) for _ in range(2))
+    by_target.sort_first = "target"
+    lengths = [[len(tgt[example]) for example in t[:, 0]] for _, _, t in by_target.batches()]  # t[:, 0]: the example
+    assert max(max(n) - min(n) for n in lengths) <= 2 < max(map(len, tgt)) - min(map(len, tgt))
+    pairs = [sorted(int(t[row, 0]) for _, _, t in b.batches(1) for row in range(len(t))) for b in (by_source, by_target)]
+    assert pairs[0] == pairs[1] == list(range(1000))
+
+
 def test_shards_deal_out_each_batch_and_an_empty_shard_adds_no_target():
     src, tgt = random_corpus(n=33)  # batches of 8, 8, 8, 8 and 1
     batcher = data.Batcher(src, tgt, batch_size=8, seed=0)
