@@ -75,7 +75,8 @@ def per_5_pairs(n_pairs: int) -> int:
 
 # The defaults of a time before a change, pinned so that a row keeps meaning what it measured:
 # "decay_all" is not a setting of train's, but what the trainer did before it kept the weight
-# decay off biases and LayerNorm (`child` applies it)
+# decay off biases and LayerNorm (`child` applies it, as it applies "target_first", an order of the
+# batches that `train` does not offer: Batcher.sort_first)
 LR_2E3 = {"lr": 2e-3}  # before the peak learning rate rose to 4e-3
 UNTIED = {"tie_output": False, **LR_2E3}  # before a corpus tied its output layer to the target embedding
 # before dropout spared the attention weights and feed-forward activations
@@ -151,6 +152,13 @@ ROWS = {
     "two-clip-0.5": ("an ensemble of 2 models, a process each: the gradients clipped to a global norm of 0.5 "
                      "instead of 1",
                      {"members": 2, "clip_norm": 0.5, "lr": 4e-3, "tie_output": True, **OUTER_DROPOUT}, 2),
+    "two-target-first": ("an ensemble of 2 models, a process each: a chunk's pairs sorted by target length first, "
+                         "then source length, instead of source length first",
+                         {"members": 2, "target_first": True}, 2),
+    "two-2-3": ("an ensemble of 2 models, a process each: 2 encoder layers and 3 decoder layers instead of 2 and 2",
+                {"members": 2, "num_decoder_layers": 3}, 2),
+    "two-3-1": ("an ensemble of 2 models, a process each: 3 encoder layers and 1 decoder layer instead of 2 and 2",
+                {"members": 2, "num_encoder_layers": 3, "num_decoder_layers": 1}, 2),
 }
 WIDTHS = (1, 2, 4, 6, 8)  # the beam curve
 
@@ -161,6 +169,7 @@ def child(given: dict, clock: str) -> None:
     import tinygrad_tx.distributed as dist
     from models.translate.budget import process_started
     from models.translate.evaluation import score
+    from models.translate.preparation import JIT_SHAPES, length_multiple
     from models.translate.run import open_run
     from models.translate.settings import settings_for
     from models.translate.sharing import translate_shared
@@ -178,10 +187,15 @@ def child(given: dict, clock: str) -> None:
     dist.init()
     cpu = clock == "cpu"
     decay_all = given.pop("decay_all", False)
+    target_first = given.pop("target_first", False)
     settings = settings_for(given)
     trainer = Trainer(settings, 0.0 if cpu else process_started(), time.process_time if cpu else time.perf_counter)
     if decay_all:  # as the trainer did before: the weight decay on every parameter
         trainer.optimizer.no_decay = ()
+    if target_first:  # a chunk's pairs sorted by target length first, and the padding multiple chosen anew
+        batcher = trainer.data.batcher
+        batcher.sort_first = "target"
+        batcher.length_multiple = length_multiple(batcher, JIT_SHAPES)
     trainer.start()
     outcome = trainer.train(Silent())
     # every rank translates a share, as at the end of `train` (sharing.py); rank 0 scores and prints

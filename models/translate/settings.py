@@ -180,12 +180,13 @@ def corpus_defaults(n_pairs: int) -> dict:
     output layer tied to the target embedding below TIE_BELOW pairs.
 
     Each of these was measured against its alternatives on Tatoeba lists, and so were the changes
-    that did not pay (3 layers, other widths, batches, rates, warm-ups, decays and dropouts, more
-    or fewer pieces, a shared vocabulary, subword sampling, label smoothing 0.2, checkpoint
-    averaging, R-Drop, word dropout, pre-LN, a linear decay): docs/translate.md, "Your own
-    corpus", has the tables and runs. The idle cores train an ensemble, a model each, where each
-    model would make ENSEMBLE_EPOCHS or more in the budget, and one model data-parallel where
-    fewer (launch.py).
+    that did not pay (3 layers, 3 encoder layers and 1 decoder layer, other widths, batches, rates,
+    warm-ups, decays and dropouts, more or fewer pieces, a shared vocabulary, subword sampling,
+    label smoothing 0.2, checkpoint averaging, R-Drop, word dropout, pre-LN, a linear decay; a third
+    decoder layer gains at a fixed number of steps and loses more than that in ten minutes, its
+    steps 20% dearer): docs/translate.md, "Your own corpus", has the tables and runs. The idle cores
+    train an ensemble, a model each, where each model would make ENSEMBLE_EPOCHS or more in the
+    budget, and one model data-parallel where fewer (launch.py).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
