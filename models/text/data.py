@@ -165,11 +165,11 @@ class Batcher:
         order = rng.permutation(n) if self.shuffle else np.arange(n)
         src_len = np.array([len(s) for s in self.src_ids])
         tgt_len = np.array([len(t) for t in self.tgt_ids])
+        first, then = (src_len, tgt_len) if self.sort_first == "source" else (tgt_len, src_len)
         batches = []
         for start in range(0, n, self.chunk_size):
             chunk = order[start:start + self.chunk_size]
-            by = (tgt_len[chunk], src_len[chunk])  # by source length, then target length (lexsort: the last key first)
-            chunk = chunk[np.lexsort(by if self.sort_first == "source" else by[::-1])]
+            chunk = chunk[np.lexsort((then[chunk], first[chunk]))]  # by `first`, then `then` (lexsort: last key first)
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
