@@ -166,29 +166,30 @@ minutes here), not at a measured crossing."""
 def corpus_defaults(n_pairs: int) -> dict:
     """Model, vocabulary and schedule for a --data corpus of `n_pairs` pairs.
 
-    Ten minutes (`--time 10m`): as many steps of 96 pairs as fit, on every idle core (launch.py),
-    up to about 60 epochs but at least 1000 steps (a corpus under 1,600 pairs gets more: 216
-    pairs, about 440 epochs; `train` prints what it chose). A small corpus need not take its ten
-    minutes: on the 18k-pair Tatoeba English-French list test BLEU was flat from 25 to 55 epochs.
-    Most of a step is the matrix products, and the output layer's share grows with the
-    vocabulary (a step of 96 pairs took 0.19 s with 2200 target pieces and 0.24 s with 6200), so
-    the vocabulary grows with the corpus, about a piece per 8 pairs, up to 4000 pieces; a corpus
-    under 3,000 pairs gets a smaller model, which overfits less. On the Tatoeba list that is 2300
-    pieces a side and 2 layers of a 128-wide model with 4 heads and GELU (its tanh form: NumPy
-    has no erf), at a peak learning rate of 4e-3, with a weight decay of 0.3 kept off biases and
-    LayerNorm, dropout on the embeddings and sublayer outputs only (fairseq's placement), 0.05 of
-    them (the small model keeps 0.1: 0.05 was not measured there), and the output layer tied to the target
-    embedding below TIE_BELOW pairs.
+    Ten minutes (`--time 10m`): as many steps of 96 pairs as fit, on every idle core
+    (launch.py), up to about 60 epochs but at least 1000 steps (a corpus under 1,600 pairs gets
+    more: 216 pairs, about 440 epochs; `train` prints what it chose). A small corpus need not
+    take its ten minutes: on the 18k-pair Tatoeba English-French list test BLEU was flat from 25
+    to 55 epochs. Most of a step is the matrix products, and the output layer's share grows with
+    the vocabulary (a step of 96 pairs took 0.19 s with 2200 target pieces and 0.24 s with
+    6200), so the vocabulary grows with the corpus, about a piece per 8 pairs, up to 4000
+    pieces; a corpus under 3,000 pairs gets a smaller model, which overfits less. On the Tatoeba
+    list that is 2300 pieces a side and 2 layers of a 128-wide model with 4 heads and GELU (its
+    tanh form: NumPy has no erf), at a peak learning rate of 4e-3, with a weight decay of 0.3
+    kept off biases and LayerNorm, dropout on the embeddings and sublayer outputs only
+    (fairseq's placement), 0.05 of them (the small model keeps 0.1: 0.05 was not measured
+    there), and the output layer tied to the target embedding below TIE_BELOW pairs.
 
-    Each of these was measured against its alternatives on Tatoeba lists, and so were the changes
-    that did not pay (3 layers, 3 encoder layers and 1 decoder layer, 1 encoder layer and 2 or 3
-    decoder layers, 3 decoder layers with a narrower feed-forward, other widths, batches, rates,
-    warm-ups, decays and dropouts, more or fewer pieces, a shared vocabulary, subword sampling,
-    label smoothing 0.05 and 0.2, checkpoint averaging, R-Drop, word dropout, pre-LN, a linear decay; a third
-    decoder layer gains at a fixed number of steps and loses more than that in ten minutes, its
-    steps 20% dearer): docs/translate.md, "Your own corpus", has the tables and runs. The idle cores
-    train an ensemble, a model each, where each model would make ENSEMBLE_EPOCHS or more in the
-    budget, and one model data-parallel where fewer (launch.py).
+    Each of these was measured against its alternatives on Tatoeba lists, and so were the
+    changes that did not pay (3 layers, 3 encoder layers and 1 decoder layer, 1 encoder layer
+    and 2 or 3 decoder layers, 3 decoder layers with a narrower feed-forward, other widths,
+    batches, rates, warm-ups, decays and dropouts, more or fewer pieces, a shared vocabulary,
+    subword sampling, label smoothing 0.05 and 0.2, checkpoint averaging, R-Drop, word dropout,
+    pre-LN, a linear decay; a third decoder layer gains at a fixed number of steps and loses
+    more than that in ten minutes, its steps 20 to 30% dearer): docs/translate.md, "Your own
+    corpus", has the tables and runs. The idle cores train an ensemble, a model each, where each
+    model would make ENSEMBLE_EPOCHS or more in the budget, and one model data-parallel where
+    fewer (launch.py).
     """
     small = n_pairs < 3000
     return dict(vocab_size=int(min(4000, max(200, round(n_pairs / 8, -2)))),
