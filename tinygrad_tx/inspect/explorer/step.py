@@ -101,6 +101,7 @@ class StepRecord:
         self.labels = labels or (lambda shape, nid: (None, None))
         self.about: dict = {}  # which checkpoint and step it shows (set by a run's views)
         self.parts_made: dict[str, dict] = {}  # attention nodes opened into their parts (`parts.py`)
+        self.readings: dict[str, dict] = {}  # a node's array read as a table (a run's prediction beside its target)
         self.titles = argument_names(fn, args)
         with profile() as self.profile:
             with record_modules(), _Sources(outside) as sources:
@@ -197,6 +198,8 @@ class StepRecord:
             detail["params"] = [{"name": name, **describe_value(v, self.to_host)}
                                 for name, v in self.sources.params.get(id(t.grad_fn), {}).items()]
             detail["op"] = op_text(type(t.grad_fn))
+        if nid in self.readings:
+            detail["reading"] = self.readings[nid]
         return detail
 
     def profiled(self) -> dict:
@@ -233,7 +236,8 @@ class StepRecord:
         s = self.steps[number - 1]
         return {"number": number, "node": s.node, "grad": self.array(s.grad, s.node),
                 "sends": [self.array(a, send["to"]) for send, a in zip(s.sends, s.sent)],
-                "words": op_words(self._view(s)), "doc": op_doc(type(self._ops[s.node]))}
+                "words": op_words(self._view(s)), "doc": op_doc(type(self._ops[s.node])),
+                "readings": [self.readings[s.node]] if s.node in self.readings else []}
 
     def module_step(self, n: Any) -> dict:
         """One module step's arrays (what arrives at its outputs, what it sends out of it) and its
@@ -246,7 +250,9 @@ class StepRecord:
                 "sends": [self.array(self.steps[k - 1].sent[i], self.steps[k - 1].sends[i]["to"]) for k, i in m.sends],
                 "words": module_words([op_words(self._view(s)) for s in main], folded),
                 "docs": [{"number": s.number, "op": s.op, "doc": op_doc(type(self._ops[s.node]))}
-                         for s in main]}
+                         for s in main],
+                "readings": [self.readings[node] for node in dict.fromkeys(self.steps[k - 1].node for k in m.arrives)
+                             if node in self.readings]}
 
     def _view(self, s) -> OpView:
         """What the sentence of op step `s` may read, on the host."""

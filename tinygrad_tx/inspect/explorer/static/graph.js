@@ -206,6 +206,12 @@
               heatmap(a.heat.rows, { rowLabels: a.heat.row_labels, colLabels: a.heat.col_labels, ...axisNames(a.heat, a.shape) }));
   }
 
+  // A node's array read as a table (a run's prediction beside its target): columns and rows as sent.
+  function tableView(t) {
+    return el("table", { class: "reading" }, el("tr", {}, t.columns.map((c) => el("th", {}, c))),
+              t.rows.map((r) => el("tr", {}, r.map((v) => el("td", {}, typeof v === "number" && !Number.isInteger(v) ? fmt(v) : v)))));
+  }
+
   // Which cells a thinned heat-map shows, in words: "every 2nd column shown; ".
   function strided([rows, cols]) {
     const nth = (k) => `${k}${[11, 12, 13].includes(k % 100) ? "th" : ({ 1: "st", 2: "nd", 3: "rd" }[k % 10] || "th")}`;
@@ -246,6 +252,7 @@
         el("button", { id: "open-parts", onclick: (e) => TX.parts.open(e.target.parentNode, id) }, "open into its parts"),
         el("p", { class: "note" }, "scores, scale, mask, softmax and the weighted sum, recomputed from this node's " +
                                    "inputs with plain ops, and walked backward from the gradient it received")) : null,
+      n.reading ? section(n.reading.title, tableView(n.reading)) : null,
       section("value", arrayView(n.value)),
       section("gradient after backward (d result / d this; a leaf's .grad)",
               n.grad ? arrayView(n.grad) : el("p", { class: "note" }, "none: no gradient reaches it")),
@@ -287,7 +294,7 @@
   // The drawn box or node that shows node `id` (its outermost folded call, or itself).
   const drawnAs = (id) => document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
 
-  TX.graph = { reveal, showNode, bringIntoView, drawnAs, fill, arrayView, docText, nodeLink, section, present,
+  TX.graph = { reveal, showNode, bringIntoView, drawnAs, fill, arrayView, tableView, docText, nodeLink, section, present,
                nameOf: (id) => nameOf(state.byId[id]), node: (id) => state.byId[id], call: (id) => state.calls[id],
                ready: () => state.graph !== null };
 })();

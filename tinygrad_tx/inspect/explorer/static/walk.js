@@ -114,6 +114,7 @@
          "every node that uses this one's output has sent its share, so its gradient is complete"),
       el("p", { class: "level-note" }, module.folded.includes(step.number) ? "folded, at the module level, into " : "part of ",
          moduleLink(module.number), ` (${module.kind})`),
+      ...arrays.readings.map((r) => section(r.title, G().tableView(r))),
       section("gradient arriving (d result / d its output)", arrayView(arrays.grad)),
       section("sends", step.sends.length ? el("ul", { class: "sends" }, step.sends.map((s, i) => el("li", {},
         el("b", {}, s.arrival > 1 ? "+= " : "→ "), nodeLink(s.to), "  ", fanOut(s), arrayView(arrays.sends[i]))))
@@ -142,6 +143,7 @@
         m.ops.filter((n) => !m.folded.includes(n)).map((n) => el("li", {}, opLink(n))),
         m.folded.length ? el("li", { class: "folded-ops" }, el("span", { class: "folded" }, "folded, they only move numbers: "),
                              m.folded.map((n, i) => [i ? " · " : "", opLink(n)])) : null)),
+      ...arrays.readings.map((r) => section(r.title, G().tableView(r))),
       section(`arrives (d result / d its output${m.arrives.length > 1 ? "s" : ""})`, m.arrives.map((a, i) => el("div", {},
         el("div", { class: "note" }, `at the output of ${G().nameOf(a.node)} ${shape(a.shape)}`), arrayView(arrays.arrives[i])))),
       section("sends", m.sends.length ? el("ul", { class: "sends" }, m.sends.map((s, i) => el("li", {},
