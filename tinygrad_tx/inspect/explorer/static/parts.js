@@ -34,6 +34,7 @@
                ["arrow", "where an output goes"], ["current", "backward: this step"], ["receives", "gets a gradient now"],
                ["done", "visited"], ["selected", "shown below"]]), detail);
     picture.view.fit();
+    holder.scrollIntoView({ block: "start" });  // the parts in view, not the panel's top
   }
 
   function drawParts(state) {
