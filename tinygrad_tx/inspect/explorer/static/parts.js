@@ -30,7 +30,7 @@
          el("button", { class: "parts-prev", onclick: () => step(state.at - 1) }, "◀"), position,
          el("button", { class: "parts-next", onclick: () => step(state.at + 1) }, "▶")),
       el("div", { class: "parts-canvas canvas" }, picture.svg),
-      key("", [["leaf", "q, k, v: the node's inputs"], ["const", "constants: the keep-mask, dropout's mask"], ["op", "a part (a plain op)"],
+      key("", [["leaf", "q, k, v: the node's inputs"], ["const", "constants: the scale, a mask"], ["op", "a part (a plain op)"],
                ["arrow", "where an output goes"], ["current", "backward: this step"], ["receives", "gets a gradient now"],
                ["done", "visited"], ["selected", "shown below"]]), detail);
     picture.view.fit();
