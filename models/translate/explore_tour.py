@@ -158,7 +158,8 @@ def score_gradients(right: float, wrong: float, p: float, aim: float, wrong_piec
     with label smoothing the right piece's gradient is positive once its p is above its target `aim`."""
     return (f"the right piece's score gets {right:+.3g} "
             + signed(right, f"(positive: its p = {p:.4g} is already above its target {aim:.4g}, so lowering it "
-                            "lowers the loss)", "(negative: raising it lowers the loss)", "(zero: the loss is flat there)")
+                            "lowers the loss)", "(negative: raising it lowers the loss)",
+                     "(zero: the loss is flat there)")
             + f" and the wrong piece “{wrong_piece}” {wrong:+.3g} "
             + signed(wrong, "(positive: lowering it lowers the loss).", "(negative: raising it lowers the loss).",
                      "(zero: the loss is flat there)."))

@@ -85,7 +85,8 @@ def test_the_walk_by_module_then_by_op_one_click_apart(browser, run_url, run_exp
                 np.testing.assert_allclose(shown_cells(sends.nth(i)), np.atleast_2d(op["sends"][k]["heat"]["rows"]),
                                            rtol=2e-3, atol=1e-12)
             assert_readable(page, width, height)
-            page.screenshot(path=str(shots / "explorer_walk.png" if width == 1400 else looks / f"walk_module_{width}.png"))
+            where = shots / "explorer_walk.png" if width == 1400 else looks / f"walk_module_{width}.png"
+            page.screenshot(path=str(where))
 
             page.locator("#panel a.op-link", has_text="#3 Linear").click()  # the op level, one click away
             page.wait_for_selector("#panel h2:has-text('backward step 3: #3 Linear')")
@@ -149,7 +150,8 @@ def test_scores_and_tables_are_read_as_text(browser, run_url, run_explorer, tiny
         table_leaf = next(n["id"] for n in graph["nodes"] if n["title"] == "encoder.embed.tokens.weight")
         page.evaluate(f"TX.graph.reveal('{table_leaf}')")
         page.wait_for_selector("#panel h2:has-text('encoder.embed.tokens.weight')")
-        rows = page.locator("#panel section", has_text="value").last.locator("svg.heat text.label:not(.tick)[text-anchor='end']")
+        value = page.locator("#panel section", has_text="value").last
+        rows = value.locator("svg.heat text.label:not(.tick)[text-anchor='end']")
         assert rows.all_text_contents() == files.src_vocab.tokens  # one row per piece of the source vocabulary
         assert page.errors == []
     finally:
