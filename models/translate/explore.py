@@ -37,10 +37,11 @@ from tinygrad_tx.inspect.explorer.export import check_page_path, write_page
 from tinygrad_tx.inspect.explorer.params import text, whole
 
 from .corpus import normalise
-from ..text.data import BOS_ID, EOS, EOS_ID, PAD, PAD_ID, encode_pairs, pad
+from ..text.data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
 from ..transformer import Transformer
 from .evaluation import InputTooLong, encode_sources, translate
 from .explore_files import CHECKPOINTS, Checkpoints, RunFiles, read_run_files, stamp
+from .explore_labels import predictions, token_labels
 from .explore_tour import tour
 from .run import MEMBERS, RunError, chosen_decoding, members, read_metrics
 from ..beam_tree import BeamTree
@@ -104,8 +105,9 @@ class RunViews:
         if self._record is None or self._record[0] is not about:
             self.batch = batch = self._batch()
             # a partial, not a closure: no frame of the explorer's between the loss line and the model's
-            record = StepRecord(partial(self._training_loss, model, *batch), (),
-                                labels=_token_labels(batch, self.files))
+            record = StepRecord(partial(self._training_loss, model, *batch), ())
+            record.labels = token_labels(record, batch, self.files)  # heat-maps read as text (explore_labels.py)
+            record.readings = predictions(record, batch, self.files)
             record.about = about
             self._record = (about, record)
         return self._record[1]
@@ -271,25 +273,6 @@ def _key(body: dict) -> str:
 def _query(**params: str) -> str:
     """A query string as the page's encodeURIComponent writes it."""
     return "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
-
-
-def _token_labels(batch: tuple, files: RunFiles):
-    """Heat-map row labels for the step's arrays: for an array (B, ..., L, x) of this batch whose
-    L is the source length S or the target length T, the pieces of the first pair at each
-    position (<pad> where it is padding). Where S == T the two cannot be told apart by shape:
-    the rows are then numbered, and marked <pad> where both sides are padding."""
-    src, tgt_in, _ = batch
-    batch_size, (S, T) = len(src), (src.shape[1], tgt_in.shape[1])
-    source = [files.src_vocab.tokens[i] for i in src[0]]
-    target = [files.tgt_vocab.tokens[i] for i in tgt_in[0]]
-    by_length = {S: source, T: target} if S != T else {
-        S: [PAD if a == b == PAD else str(i) for i, (a, b) in enumerate(zip(source, target))]}
-
-    def labels(shape: tuple, nid: str | None = None) -> tuple:
-        if len(shape) >= 3 and shape[0] == batch_size:
-            return by_length.get(shape[-2]), None
-        return None, None
-    return labels
 
 
 def attention(model, src, out_ids: list[int], pieces: list[str], out_pieces: list[str]) -> list[dict]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tinygrad_tx.inspect.explorer import StepRecord
+from tinygrad_tx.inspect.explorer.words import signed
 
 from ..text.data import PAD, PAD_ID
 
@@ -89,7 +90,7 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         stop("6. The decoder reads what it has written", causal, "value",
              f"The decoder reads the target shifted right, <bos> first ({' '.join(fed)}), and its self-attention "
              "is causal: position i may look only at positions up to i, so it cannot peek at the piece it must "
-             f"predict. Every weight above the diagonal of head 0 is {above:.2g}.")
+             f"predict. The largest weight above the diagonal of head 0 is {above:.2g}.")
     cross = find("Attention", "decoder.layers.0.cross_attn")
     if cross:
         p = host(record.saved_of(cross)["p"])[0, 0]  # (T, S)
@@ -122,13 +123,14 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
                 if smoothing else "") + f". Here it is {value(loss).item():.3f}; a model guessing uniformly would "
              f"score log {z.shape[-1]} = {math.log(z.shape[-1]):.2f}.")
         g = grad(logits)[0, 0]  # (V,)
-        wrong = int(np.argmax(np.where(np.arange(len(g)) == right, -np.inf, g)))  # the wrong piece pushed down most
+        wrong = int(np.argmax(np.where(np.arange(len(g)) == right, -np.inf, g)))  # the wrong piece with the most
+        aim = 1 - smoothing + smoothing / len(g)  # the right piece's target probability, smoothed
+        padded = real < t.size
         stop("10. Backward starts at the loss", logits, "grad",
              "Backward asks how the loss changes with every number that made it, walking the graph from the loss "
-             "back to the weights. The loss sends the scores (softmax − target) / n: at position 0 the right "
-             f"piece's score gets {g[right]:.3g} (negative: raising it lowers the loss) and the wrong piece “"
-             f"{files.tgt_vocab.tokens[wrong]}” {g[wrong]:.3g} (positive: lowering it does). Padded positions "
-             "get exactly 0.", "backward")
+             "back to the weights. The loss sends the scores (softmax − target) / n: at position 0 "
+             + score_gradients(g[right], g[wrong], prob[0, right], aim, files.tgt_vocab.tokens[wrong])
+             + (" Padded positions get exactly 0." if padded else ""), "backward")
     if cross and record.gradient(cross) is not None:
         stop("11. Back through attention", cross, "grad",
              f"The gradient reaching cross-attention's output (norm {np.linalg.norm(grad(cross)):.3g}) is split "
@@ -146,9 +148,21 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         used = int((np.abs(g).sum(axis=1) > 0).sum())
         stop("13. Into the embedding table", table, "grad",
              f"Only the rows of pieces that occur in the batch receive a gradient: {used} of {g.shape[0]} rows "
-             "are not zero. The optimizer now moves every weight a little against its gradient; that is one "
-             "step of training, and the run repeats it thousands of times.", "backward")
+             "are not zero. The optimizer then moves the weights using these gradients; that is one step of "
+             "training, and the run repeats it thousands of times.", "backward")
     return stops
+
+
+def score_gradients(right: float, wrong: float, p: float, aim: float, wrong_piece: str) -> str:
+    """What the loss sends the right piece's score and the wrong piece's, the words following each sign:
+    with label smoothing the right piece's gradient is positive once its p is above its target `aim`."""
+    return (f"the right piece's score gets {right:+.3g} "
+            + signed(right, f"(positive: its p = {p:.4g} is already above its target {aim:.4g}, so lowering it "
+                            "lowers the loss)", "(negative: raising it lowers the loss)",
+                     "(zero: the loss is flat there)")
+            + f" and the wrong piece “{wrong_piece}” {wrong:+.3g} "
+            + signed(wrong, "(positive: lowering it lowers the loss).", "(negative: raising it lowers the loss).",
+                     "(zero: the loss is flat there)."))
 
 
 def _finder(record: StepRecord):

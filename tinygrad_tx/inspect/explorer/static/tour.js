@@ -35,10 +35,10 @@
          el("button", { class: "tour-close", onclick: stop }, "close")));
     const node = TX.graph.node(s.node);
     if (s.phase === "backward" && node.kind === "op") {
-      await TX.graph.stepTo(node.number);  // the walk at this node's step: what arrives, what it sends
+      await TX.walk.stepToNode(s.node);  // the walk at this node's step, at the level shown: what arrives, what it sends
       return;
     }
-    await TX.graph.stepTo(s.phase === "backward" ? TX.graph.walkLength() : 0);  // a leaf: after the whole walk
+    await (s.phase === "backward" ? TX.walk.stepToNode(s.node) : TX.walk.stepTo(0));  // a leaf: after the whole walk
     await TX.graph.reveal(s.node);
     if (s.show === "grad") {  // the gradient, at the top of the panel
       const panel = document.getElementById("panel");

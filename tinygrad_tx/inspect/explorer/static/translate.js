@@ -3,7 +3,7 @@
 // the search; this file draws. When the run writes a new best.npz, the view offers to translate again.
 "use strict";
 (() => {
-  const { el, svg, fmt, heatmap, layout, edgePath, arrowDefs, panZoom, key } = TX.draw;
+  const { el, svg, fmt, heatmap, layout, edgePath, arrowDefs, key } = TX.draw;
   let version;
 
   function showTranslate(root, info) {
@@ -100,10 +100,10 @@
         svg("text", { x: p.width / 2, y: 26, "text-anchor": "middle", class: "sub" }, n.lines[1]),
         svg("title", {}, n.node ? `step ${n.node.step}, ${n.node.state}, log p ${fmt(n.node.score)}` : "the start")));
     }
-    const picture = svg("svg", { class: "tree", width: "100%", height: Math.min(520, placed.height + 20) }, arrowDefs("arrow-tree"), g);
-    const holder = el("div", { id: "beam-tree", class: "canvas" }, picture);
-    requestAnimationFrame(() => panZoom(picture, g, placed.width, placed.height).fit());
-    return holder;
+    // drawn at full size, its labels as readable as the page's text, in a box that scrolls: a wide
+    // beam makes a tall tree, and shrinking it to fit made its labels a few pixels high
+    const picture = svg("svg", { class: "tree", width: placed.width + 4, height: placed.height + 4 }, arrowDefs("arrow-tree"), g);
+    return el("div", { id: "beam-tree", class: "canvas" }, picture);
   }
 
   // Which axis is which, by the kind of attention (the server labels rows and columns with pieces).
