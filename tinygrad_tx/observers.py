@@ -64,8 +64,9 @@ class Observer:
         `tx.grad`'s tensors, else None."""
 
     def backward(self, fn: Any, grad: Any, grads: list, seconds: float) -> None:
-        """After a step of the plan ran `fn.backward` in `seconds`; `grads`: what it sent to each
-        input (summed back to the input's shape; None where it sent nothing)."""
+        """After a step of the plan ran `fn.backward(grad, ...)` in `seconds`; `grads`: what it
+        returned for each input it sends to (None for the others), before a broadcast is summed
+        back to the input's shape (the plan's route says where: `sum_to`)."""
 
     def backward_end(self) -> None:
         """After the walk announced by `backward_begin` finished (or failed)."""

@@ -13,11 +13,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import Backend, backend_of, host_rng
+from ..backward import Plan
 from ..distributed.collectives import all_reduce
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
-from ..backward import BackwardPlan, PlanStep, backward_plan
+from ..inspect.plan import BackwardPlan, PlanStep, backward_plan
 from ..observers import Observer
 from ..tensor import Tensor
 from . import watch
@@ -256,9 +257,9 @@ class Recorder(Observer):
             self.alive.append(t)
         return leaf
 
-    def _numbered(self, plan: BackwardPlan) -> BackwardPlan:
+    def _numbered(self, plan: Plan) -> BackwardPlan:
         """The engine's plan with op and leaf numbers of this record in place of this call's objects."""
-        return plan.renumbered(self._op_number, self._leaf_number)
+        return BackwardPlan.of(plan).renumbered(self._op_number, self._leaf_number)
 
     def _live(self, value: Any, where: str) -> Any:
         """A call's argument as a replay must pass it: one of this call's tensors (an argument, a
