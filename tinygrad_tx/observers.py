@@ -2,7 +2,7 @@
 
 An observer (`tx.inspect`'s profiler, trace and anomaly finder, the explorer, `tx.jit`'s
 recorder) is an `Observer` on the list `active` for the length of a `with` block. The engine
-tells every observer the same five things, through the `show_*` functions and `replayable`
+tells every observer the same six things, through the `show_*` functions and `replayable`
 below, each calling the `Observer` method of the same name:
 
 - `forward`: an op ran forward (the profiler times it, the anomaly finder checks its output,
@@ -14,12 +14,15 @@ below, each calling the `Observer` method of the same name:
   how many seconds (the profiler times it, the jit makes it again at each replay);
 - `read`: a value left the graph (read on the host, or cast or copied outside ops; the
   profiler counts them: on CUDA a host read waits for the device; the jit refuses them);
-- `collective`: data parallelism spent time communicating during backward (the profiler).
+- `collective`: data parallelism spent time communicating during backward (the profiler);
+- `changed`: state changed outside ops and replayable calls, where that is rare: a hook
+  registered on a leaf, an observer turned on (the jit refuses it: a replay would not do it
+  again).
 
-What only the jit needs to see while it records (writes to `.data` and `.grad`, hooks
-registered, modules called, optimizers made, instruments turned on, the host generator
-drawn from) it watches itself, from `tinygrad_tx/jit/watch.py` and its recorder, only while a
-recording runs: none of it is announced from the engine.
+What only the jit needs to see while it records, on paths too hot to announce (writes to
+`.data` and `.grad`, attributes of optimizers set, modules called) it watches itself, from
+`tinygrad_tx/jit/watch.py`, only while a recording runs (its opening says why each is not
+announced); the host generator's draws its recorder checks itself.
 
 With no observer on, `active` is empty and costs next to nothing: the two hot paths, an op's
 forward and a backward step, check `if observers.active:` once; the rarer announcements
@@ -48,6 +51,8 @@ class Observer:
     (or `replayable`) of the same name."""
 
     def __enter__(self):
+        if active:
+            show_changed(f"{type(self).__name__} turned on")
         active.append(self)
         return self
 
@@ -81,6 +86,10 @@ class Observer:
     def collective(self, name: str, seconds: float) -> None:
         """When data parallelism spent `seconds` communicating (`name`: "all_reduce")."""
 
+    def changed(self, how: str) -> None:
+        """When state changed outside ops and replayable calls (`how`: "a hook registered on a
+        tensor of shape (2, 2)", "profile turned on")."""
+
 
 def show_forward(fn: Any, inputs: tuple, params: dict, output: Any, seconds: float, recorded: bool) -> None:
     for observer in tuple(active):
@@ -110,6 +119,11 @@ def show_read(t: Any, how: str) -> None:
 def show_collective(name: str, seconds: float) -> None:
     for observer in tuple(active):
         observer.collective(name, seconds)
+
+
+def show_changed(how: str) -> None:
+    for observer in tuple(active):
+        observer.changed(how)
 
 
 def replayable(function: Callable) -> Callable:

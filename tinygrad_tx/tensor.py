@@ -194,6 +194,8 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
+            if observers.active:  # on a leaf: outside the graph (a `tx.jit` recording refuses it)
+                observers.show_changed(f"a hook registered on a tensor of shape {self.shape}")
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -208,6 +210,8 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
+        if observers.active:
+            observers.show_changed(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
 
     def retain_grad(self) -> None:

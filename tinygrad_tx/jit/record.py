@@ -358,7 +358,7 @@ class Recorder(Observer):
         self.alive.append(result)
         self.tape.calls += 1
 
-    # -- what watch.py shows (in this recording's thread only) -------------------------------------
+    # -- what watch.py shows (in this recording's thread only), and changes the engine announces ----
     def stateful(self, obj) -> None:
         """An object whose state replayable calls change (an optimizer, a schedule) is being made."""
         self.made_inside.add(id(obj))
@@ -374,6 +374,11 @@ class Recorder(Observer):
                            "Remove the hooks, or run this function without tx.jit")
         if id(module) not in self.modules:
             self.modules[id(module)] = (module, None if id(module) in self.mode_set else module.training)
+
+    @_this_thread
+    def changed(self, how: str) -> None:
+        """What the engine announces as changed outside ops (a hook on a leaf, an observer turned on)."""
+        self.side_effect(how)
 
     def side_effect(self, how: str) -> None:
         """A change made outside ops and replayable calls, which a replay would not make again."""
