@@ -193,3 +193,25 @@ def test_the_printed_plan_numbers_each_step_as_the_explorer_page_and_the_jit_cod
     jitted(*leaves())
     comments = re.findall(r"# step (\d+): #\d+ (\w+)", jitted.tape(*leaves()).source())
     assert comments == [(str(s["number"]), s["op"]) for s in page]
+
+
+def test_a_plain_backward_runs_the_chain_rule_bare_and_adds_only_what_a_walk_asks_for():
+    """The loop that runs the plan is the chain rule alone; hooks, tx.grad's captures, the
+    observers, releases and early deliveries are installed around it only for a walk that needs them."""
+    from tinygrad_tx.backward import Walk, make_plan
+
+    def around(loss, retain_graph=False, targets=None, watching=False):
+        plan = make_plan(loss, retain_graph)
+        walk = Walk(plan, [None] * (len(plan.nodes) + len(plan.leaves)), tx.Tensor._from_op, False, targets)
+        before, after = walk.around(watching)
+        return [m.__name__ for m in before], [m.__name__ for m in after]
+
+    x, w, b = leaves()
+    assert around(loss_of(x, w, b)) == ([], ["release"])
+    assert around(loss_of(x, w, b), retain_graph=True) == ([], [])
+    h = x @ w
+    h.retain_grad()
+    assert around((h * h).sum(), targets=[h], watching=True) == (
+        ["node_hooks", "capture", "start_clock"], ["announce", "release"])
+    w.register_post_accumulate_grad_hook(lambda t: None)
+    assert around(loss_of(x, w, b)) == ([], ["release", "deliver_early"])
