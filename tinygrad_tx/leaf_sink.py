@@ -12,14 +12,9 @@ from typing import Any, Callable, Sequence
 
 
 class LeafSink:
-    """Where a walk's gradients end: the leaves' `.grad`, or, for `tx.grad`, the tensors asked
-    for. `tx.jit`'s replay of a backward delivers through one as well.
-
-    Leaf k's gradient is summed at `grads[first + k]` while the walk runs and delivered once
-    (`deliver`: its hooks, then `.grad`, then its post-accumulate-grad hooks), so its hooks see
-    the whole gradient. `finish` delivers the rest in the plan's order, then runs the callbacks
-    queued during the walk (`queue_callback`). While entered (`with`), it is the walk running.
-    """
+    """The end of one walk: leaf k's gradient is summed at `grads[first + k]` while the walk runs
+    and delivered once (`deliver`); `finish` delivers the rest in the plan's order, then runs the
+    callbacks queued during the walk. While entered (`with`), it is the walk running."""
 
     def __init__(self, leaves: Sequence[Any], grads: list, first: int, wrap: Callable,
                  create_graph: bool = False, targets: Sequence[Any] | None = None):

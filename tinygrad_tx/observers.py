@@ -19,14 +19,14 @@ below, each calling the `Observer` method of the same name:
   registered on a leaf, an observer turned on (the jit refuses it: a replay would not do it
   again).
 
-What only the jit needs to see while it records, on paths too hot to announce (writes to
-`.data` and `.grad`, attributes of optimizers set, modules called) it watches itself, from
-`tinygrad_tx/jit/watch.py`, only while a recording runs (its opening says why each is not
-announced); the host generator's draws its recorder checks itself.
+What only the jit needs to see while it records on paths too hot to announce (writes to
+`.data` and `.grad`, attributes of optimizers set), and the modules called (which `nn` does
+not announce), it watches itself, from `tinygrad_tx/jit/watch.py`, only while a recording
+runs (its opening says why); the host generator's draws its recorder checks itself.
 
 With no observer on, `active` is empty and costs next to nothing: the two hot paths, an op's
 forward and a backward step, check `if observers.active:` once; the rarer announcements
-(a read, a replayable call) check the same list.
+(a read, a replayable call, a change) go through the same list.
 
 This module imports nothing from the engine, so every layer, the backend included, may
 announce through it.
@@ -51,8 +51,7 @@ class Observer:
     (or `replayable`) of the same name."""
 
     def __enter__(self):
-        if active:
-            show_changed(f"{type(self).__name__} turned on")
+        show_changed(f"{type(self).__name__} turned on")  # to those already on: a jit recording refuses it
         active.append(self)
         return self
 

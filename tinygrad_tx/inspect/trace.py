@@ -60,7 +60,8 @@ class trace_backward(Instrument):
 
     The gradients are kept as the engine's arrays, not copies (under
     create_graph, the arrays inside the gradient Tensors, so the record holds
-    no graph): change a `.grad` in place and the record changes with it.
+    no graph): change a `.grad` in place and the record changes with it. (One
+    the plan sums back over broadcast axes is summed here, as the engine does.)
     """
 
     def __init__(self):
