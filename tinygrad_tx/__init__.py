@@ -3,11 +3,11 @@ read. The layers, bottom up: `backend.py` (arrays on a device), `function.py` (t
 `backward.py` (the walk back, planned then run), `ops/` (each op's math next to its gradient),
 `tensor.py` (the Tensor, whose methods hand over to ops), then `functional`, `nn`, `optim`."""
 from .backend import DeviceError, default_device, get_backend, manual_seed, set_device
-from .backward import BackwardPlan, backward_plan
 from .creation import arange, ones, randn, zeros
 from .function import REGISTRY, enable_grad, is_grad_enabled, no_grad
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .jit import JitError, jit
+from .inspect.plan import BackwardPlan, backward_plan
 from .serialization import load, save
 from .functional import cat, stack
 from .tensor import Tensor, grad, where

@@ -166,10 +166,9 @@ class Tensor:
 
     # -- autograd --------------------------------------------------------------------
     def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        """Accumulate d self / d leaf into every leaf's `.grad`: the walk is `backward.py`.
-
-        With create_graph=True the graph is kept as well (as in PyTorch): the new
-        `.grad` tensors are computed from it, so differentiating them walks it again."""
+        """Accumulate d self / d leaf into every leaf's `.grad` (the walk: `backward.py`). With
+        create_graph=True the graph is kept as well (as in PyTorch): the new `.grad` tensors are
+        computed from it, so differentiating them walks it again."""
         run_backward(self, self._seed(grad), retain_graph or create_graph, create_graph, TENSOR_MATH)
 
     def _seed(self, grad: Any) -> "Tensor":
@@ -194,6 +193,7 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
+            observers.show_changed(f"a hook registered on a tensor of shape {self.shape}")  # outside the graph
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -208,6 +208,7 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
+        observers.show_changed(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
 
     def retain_grad(self) -> None:

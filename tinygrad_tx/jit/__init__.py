@@ -54,8 +54,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
-- Changes made outside ops and replayable calls raise `JitError` (watched while recording, `watch.py`):
-  a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
+- Changes made outside ops and replayable calls raise `JitError`: a hook registered on a
+  leaf and an instrument turned on (announced by the engine: `observers.changed`), and (watched
+  while recording, `watch.py`) any assignment to a tensor's
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
   So are `p.grad = ...` by hand (`optimizer.zero_grad()` and `module.zero_grad()` are
@@ -143,7 +144,7 @@ a record holds no activations between calls).
 Files: this one holds `jit` (signatures, the cache of records); `reach.py` maps what the
 function reaches from outside and checks it before each replay; `record.py` writes a record
 while the function runs eagerly (`watch.py`: what it watches around ops: `.data`, `.grad`,
-hooks, modules called, optimizers made);
+modules called, optimizers made);
 `program.py` holds its instructions (ops, backward walks, calls); `tape.py` is the record
 itself and its replay; `liveness.py` finds where a replay can give each array back;
 `codegen.py` writes a record as the Python function a replay runs; `graph.py` launches its
