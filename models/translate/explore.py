@@ -40,8 +40,9 @@ from .corpus import normalise
 from ..text.data import BOS_ID, EOS, EOS_ID, PAD, PAD_ID, encode_pairs, pad
 from ..transformer import Transformer
 from .evaluation import InputTooLong, encode_sources, translate
-from .explore_files import CHECKPOINTS, Checkpoints, RunFiles, read_run_files, stamp
-from .explore_tour import tour
+from .explore_files import CHECKPOINTS, Checkpoints, Damaged, RunFiles, read_run_files, stamp
+from .explore_tour import tour, training_mode, update_stops
+from .explore_update import UpdateViews
 from .run import MEMBERS, RunError, chosen_decoding, members, read_metrics
 from ..beam_tree import BeamTree
 from ..ensemble import Ensemble
@@ -59,7 +60,9 @@ def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
     A run with no checkpoint yet is served at once."""
     views = RunViews(read_run_files(Path(directory)), device)
     return Explorer(get={**step_endpoints(views.record), "/api/info": views.info, "/api/metrics": views.metrics,
-                         "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour},
+                         "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour,
+                         "/api/update": views.update, "/api/update_param": views.update_param,
+                         "/api/layer_stats": views.layer_stats},
                     post={"/api/translate": views.translate},
                     streams={"/api/events/metrics": views.metric_events})
 
@@ -71,18 +74,23 @@ def save_page(directory: str | Path, path: str | Path, device: str = "cpu") -> S
     views = RunViews(read_run_files(Path(directory)), device)
     try:
         answers = views.answers()
+    except Damaged as e:
+        raise RunError(f"nothing to save: {e}") from None
     except Waiting as e:
         raise RunError(f"nothing to save yet: {e}") from None
     return write_page(answers, path)
 
 
-class RunViews:
-    """The endpoints of one run (each takes the request's parameters and returns JSON)."""
+class RunViews(UpdateViews):
+    """The endpoints of one run (each takes the request's parameters and returns JSON); those of
+    the update and of the statistics over training are `UpdateViews`'."""
 
     def __init__(self, files: RunFiles, device: str = "cpu"):
         self.files = files
         self.checkpoints = Checkpoints(files, device)
         self._record: tuple[dict, StepRecord] | None = None
+        self._update = None  # (the record's about, its UpdateRecord), made when first asked for
+        self._stats_cache: dict = {}  # the statistics of the run's snapshots, while they stay as they are
 
     def _decoding(self) -> tuple[int, float]:
         """The beam width and length penalty the run chose on its validation set (the defaults
@@ -93,7 +101,7 @@ class RunViews:
         settings = self.files.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
         return {"title": f"{self.files.directory.name}: {what}",
-                "views": ["graph", "translate", "training", "compiled"],
+                "views": ["graph", "update", "translate", "training", "compiled"],
                 "example": self.files.valid[0][0], "beam": self._decoding()[0], "max_beam": MAX_BEAM,
                 "live": True, "tour": True}
 
@@ -106,7 +114,8 @@ class RunViews:
             # a partial, not a closure: no frame of the explorer's between the loss line and the model's
             record = StepRecord(partial(self._training_loss, model, *batch), (),
                                 labels=_token_labels(batch, self.files))
-            record.about = about
+            record.about = {**about, "mode": training_mode(model)}
+            self.model = model
             self._record = (about, record)
         return self._record[1]
 
@@ -132,9 +141,12 @@ class RunViews:
     def tour(self, params: dict) -> dict:
         try:
             record = self.record()
+            update = self.update_record()
         except Waiting as e:
             return {"waiting": str(e)}
-        return {"stops": tour(record, self.files, self.batch), "shows": record.about}
+        stops = tour(record, self.files, self.batch)
+        return {"stops": stops + update_stops(update.summary(self._parameter_nodes()), len(stops)),
+                "shows": record.about}
 
     # -- translate -------------------------------------------------------------------------
     def translate(self, params: dict) -> dict:
@@ -254,7 +266,10 @@ class RunViews:
         example sentence, the curves and that sentence's attention at each kept checkpoint."""
         info = self.info({})
         answers = {**step_answers(self.record(), info["title"]), "/api/info": {**info, "live": False},
-                   "/api/tour": self.tour({}), "/api/metrics": self.metrics({})}
+                   "/api/tour": self.tour({}), "/api/metrics": self.metrics({}), "/api/update": self.update({}),
+                   "/api/layer_stats": self.layer_stats({})}
+        for row in answers["/api/update"].get("params", []):
+            answers[f"/api/update_param?{_query(name=row['name'])}"] = self.update_param({"name": row["name"]})
         request = {"sentence": info["example"], "beam": info["beam"]}
         answers["POST /api/translate " + _key(request)] = self.translate(request)
         for name in answers["/api/metrics"]["checkpoints"]:

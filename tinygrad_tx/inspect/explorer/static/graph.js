@@ -10,7 +10,8 @@
   const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), walk: [], seeded: "1", at: 0,
                   placed: {}, owner: {}, view: null, version: undefined, shown: null };
 
-  async function showGraph(root) {
+  async function showGraph(root, info) {
+    state.update = !!(info && info.views.includes("update"));
     root.querySelector("#fold").addEventListener("click", () => { foldTo(1); draw(); });
     root.querySelector("#unfold").addEventListener("click", () => { foldTo(Infinity); draw(); });
     root.querySelector("#back-next").addEventListener("click", () => stepTo(state.at + 1));
@@ -42,7 +43,7 @@
     }
     const first = state.graph === null;
     state.graph = graph;
-    state.walk = walk.steps;
+    state.walk = withUpdate(walk.steps);
     state.seeded = walk.seeded_with;
     state.byId = {};
     state.calls = {};
@@ -60,7 +61,7 @@
   // Which checkpoint and step the view shows (a run's views; nothing for a function's graph).
   function shows(about) {
     document.getElementById("graph-shows").textContent = about && about.checkpoint
-      ? `the step graph of ${about.checkpoint}, step ${about.step} (training mode: dropout on, seeded)` : "";
+      ? `the step graph of ${about.checkpoint}, step ${about.step} (${about.mode})` : "";
   }
 
   // -- folding --------------------------------------------------------------------------------
@@ -288,7 +289,7 @@
   function stepTo(at) {
     if (!state.graph) return Promise.resolve();
     state.at = Math.max(0, Math.min(at, state.walk.length));
-    if (state.at > 0) bringIntoView(state.walk[state.at - 1].node);
+    if (state.at > 0 && !state.walk[state.at - 1].update) bringIntoView(state.walk[state.at - 1].node);
     mark();
     return state.at > 0 ? showStep(state.walk[state.at - 1]) : Promise.resolve();
   }
@@ -307,6 +308,7 @@
   }
 
   async function showStep(step) {
+    if (step.update) return TX.update.walkStep(step, fill);
     const arrays = await TX.api(`/api/walk_step?n=${step.number}`);
     if (state.at !== step.number) return;  // stepped on meanwhile
     const node = state.byId[step.node];
@@ -329,7 +331,15 @@
       arrays.shows);
   }
 
+  // After backward's steps, a run's walk goes on into the optimizer's step: the clip of the gradients
+  // and the update, drawn by the update view (update.js).
+  function withUpdate(steps) {
+    if (!state.update) return steps;
+    const n = steps.length;
+    return [...steps, { number: n + 1, update: "clip", sends: [] }, { number: n + 2, update: "step", sends: [] }];
+  }
+
   TX.views.graph = showGraph;
   TX.graph = { reveal, showNode, stepTo, nameOf: (id) => nameOf(state.byId[id]), node: (id) => state.byId[id],
-               walkLength: () => state.walk.length };
+               walkLength: () => state.walk.filter((s) => !s.update).length };  // backward's steps
 })();
