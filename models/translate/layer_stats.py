@@ -34,9 +34,14 @@ def array_stats(a: np.ndarray) -> dict:
         return {"norm": None, "mean": None, "std": None, "lo": None, "hi": None, "hist": [], "nonfinite": int(a.size)}
     lo, hi = float(finite.min()), float(finite.max())
     counts, _ = np.histogram(finite, bins=HIST_BINS, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
-    return {"norm": float(np.sqrt((finite ** 2).sum())), "mean": float(finite.mean()), "std": float(finite.std()),
+    return {"norm": _short(np.sqrt((finite ** 2).sum())), "mean": _short(finite.mean()), "std": _short(finite.std()),
             "lo": lo if hi > lo else lo - 0.5, "hi": hi if hi > lo else hi + 0.5, "hist": counts.tolist(),
             "nonfinite": int(a.size - finite.size)}
+
+
+def _short(x: float) -> float:
+    """`x` to 7 significant digits (float32's): the record's numbers, half as long."""
+    return float(f"{float(x):.7g}")
 
 
 def parameter_stats(model: Any, previous: dict[str, np.ndarray] | None = None) -> dict:
