@@ -72,7 +72,7 @@
     for (let k = lo; k <= hi; k += every) {
       const x = x0 + (hi > lo ? (k - lo) / (hi - lo) : 0.5) * W;
       picture.append(svg("line", { x1: x, y1: y + 9, x2: x, y2: y + 13, class: "axis" }),
-                     svg("text", { x, y: y + 24, "text-anchor": "middle", class: "label tick" }, tick(10 ** k)));
+                     svg("text", { x, y: y + 24, "text-anchor": "middle", class: "label tick bar-tick" }, tick(10 ** k)));
     }
   }
 
