@@ -19,6 +19,8 @@ from .test_browser import (SCREENSHOTS_TO_DOCS, browser, new_page, open_page, op
 from .test_update import rebuilt_step
 
 SIZES = [(1400, 900), (1024, 700)]
+IN_DOCS = {"explorer_update_1400.png", "explorer_layers_1024.png"}
+"""The two of these screenshots docs/inspect.md shows (the others go to a temporary folder)."""
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +30,17 @@ def shots(tmp_path_factory):
     return REPO / "docs" if SCREENSHOTS_TO_DOCS else tmp_path_factory.mktemp("screenshots")
 
 
+def shot(shots, tmp_path, name: str):
+    return str((shots if name in IN_DOCS or not SCREENSHOTS_TO_DOCS else tmp_path) / name)
+
+
 def fits(page, width: int) -> None:
     """Nothing runs off the page's right edge."""
     assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 @pytest.mark.parametrize("width,height", SIZES)
-def test_the_update_view_shows_adams_own_step(browser, run_url, run_explorer, tiny_run, shots, width, height):
+def test_the_update_view_shows_adams_own_step(browser, run_url, run_explorer, tiny_run, shots, tmp_path, width, height):
     from models.translate.explore import RunViews
     from models.translate.explore_files import read_run_files
 
@@ -59,7 +65,9 @@ def test_the_update_view_shows_adams_own_step(browser, run_url, run_explorer, ti
         assert shown == pytest.approx(ratio, rel=2e-3)
         assert page.locator("#update-detail figure.update-array").count() == 5  # g, Δw, m, v, w
         fits(page, width)
-        page.screenshot(path=str(shots / f"explorer_update_{width}.png"))
+        assert page.evaluate("(e => e.scrollWidth <= e.clientWidth)(document.querySelector('.update-table'))")
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=shot(shots, tmp_path, f"explorer_update_{width}.png"))
         assert page.errors == []
     finally:
         page.close()
@@ -99,7 +107,8 @@ def test_the_tour_ends_on_the_update(page, run_url, run_explorer):
 
 
 @pytest.mark.parametrize("width,height", SIZES)
-def test_the_training_view_draws_each_layer_over_training(browser, run_url, run_explorer, shots, width, height):
+def test_the_training_view_draws_each_layer_over_training(browser, run_url, run_explorer, shots, tmp_path, width,
+                                                          height):
     stats = run_explorer.get["/api/layer_stats"]({})
     page = new_page(browser, width, height)
     try:
@@ -121,8 +130,9 @@ def test_the_training_view_draws_each_layer_over_training(browser, run_url, run_
         assert page.locator("#layer-stats svg.histogram").count() == 4  # weight and bias, values and gradients
         assert page.locator("#layer-stats svg.histogram rect.bin").count() > 100
         fits(page, width)
-        page.locator("#layer-stats").scroll_into_view_if_needed()
-        page.screenshot(path=str(shots / f"explorer_layers_{width}.png"))
+        assert page.evaluate("(e => e.scrollWidth <= e.clientWidth)(document.querySelector('.layer-stats-grid'))")
+        page.evaluate("document.getElementById('stats-source').previousElementSibling.scrollIntoView()")
+        page.screenshot(path=shot(shots, tmp_path, f"explorer_layers_{width}.png"))
         assert page.errors == []
     finally:
         page.close()

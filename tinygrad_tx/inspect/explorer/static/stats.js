@@ -20,7 +20,7 @@
     if (!rows.some((r) => r.name === state.chosen)) state.chosen = rows[rows.length - 1].name;
     const histograms = el("div", { class: "histograms" });
     const choose = (name) => { state.chosen = name; distributions(histograms, stats, rows.find((r) => r.name === name)); };
-    holder.replaceChildren(grid(stats, rows, choose), histograms);
+    holder.replaceChildren(grid(stats, rows, choose, holder.clientWidth || 1000), histograms);
     choose(state.chosen);
   }
 
@@ -31,9 +31,11 @@
     return `rgb(${mix(240, 8)}, ${mix(246, 48)}, ${mix(252, 107)})`;
   }
 
-  function grid(stats, rows, choose) {
-    const n = stats.steps.length, cw = Math.max(6, Math.min(24, Math.floor(180 / n)));
-    const LW = 12 + 6.2 * Math.max(...rows.map((r) => r.name.length)), bw = n * cw;
+  // `room`: the width it has (a long run's many records get narrower columns, never a cut-off picture).
+  function grid(stats, rows, choose, room) {
+    const n = stats.steps.length, LW = 12 + 6.2 * Math.max(...rows.map((r) => r.name.length));
+    const cw = Math.max(1, Math.min(24, Math.floor((room - 4 - LW - BLOCKS.length * GAP) / BLOCKS.length / n)));
+    const bw = n * cw;
     const height = TOP + rows.length * RH + 52, width = LW + BLOCKS.length * (Math.max(bw, 160) + GAP);
     const picture = svg("svg", { class: "layer-grid", width, height });
     picture.append(svg("text", { x: 4, y: TOP - 8, class: "axis-name" }, "layer"));
@@ -82,7 +84,7 @@
     for (const t of document.querySelectorAll("#layer-stats text.layer-name")) t.classList.toggle("chosen", t.dataset.layer === layer.name);
     holder.replaceChildren(el("h3", {}, `${layer.name}: its values over training (darker: more of that record's values in the bin)`),
       el("div", { class: "heads" }, layer.params.flatMap((name) => [["w", "weights"], ["g", "gradients"]].map(([key, what]) =>
-        histogram(`${name}: ${what}`, stats.steps, stats.hist[name][key])))));
+        histogram(`${name.slice(layer.name.length + 1)}: ${what}`, stats.steps, stats.hist[name][key])))));
   }
 
   function histogram(title, steps, columns) {

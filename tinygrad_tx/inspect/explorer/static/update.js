@@ -51,7 +51,7 @@
   function table(u) {
     const ratios = u.params.map((p) => p.ratio).filter((r) => r > 0);
     const lo = Math.floor(Math.log10(Math.min(...ratios, 1e-3))), hi = Math.ceil(Math.log10(Math.max(...ratios, 1e-3)));
-    const W = 150, P = 16, at = (r) => (r > 0 ? ((Math.log10(r) - lo) / Math.max(hi - lo, 1)) * W : 0);
+    const W = 100, P = 14, at = (r) => (r > 0 ? ((Math.log10(r) - lo) / Math.max(hi - lo, 1)) * W : 0);
     const axis = svg("svg", { width: W + 2 * P, height: 22, class: "ratio-axis" });
     for (let k = lo; k <= hi; k++) axis.append(svg("line", { x1: at(10 ** k) + P, y1: 14, x2: at(10 ** k) + P, y2: 20, class: "axis" }),
                                                svg("text", { x: at(10 ** k) + P, y: 11, "text-anchor": "middle", class: "label tick" }, tick(10 ** k)));
@@ -60,7 +60,7 @@
       el("td", {}, fmt(p.g_norm)), el("td", {}, fmt(p.dw_norm)), el("td", {}, fmt(p.ratio)),
       el("td", {}, svg("svg", { width: W + 2 * P, height: 10 }, svg("rect", { x: P, y: 1, width: Math.max(at(p.ratio), 1), height: 8, class: "ratio-bar" })))));
     return el("div", { class: "update-table" }, el("table", { class: "profile params" },
-      el("tr", {}, ["parameter", "shape", "‖w‖", "‖g‖ (used)", "‖Δw‖", "‖Δw‖/‖w‖", el("span", {}, "‖Δw‖/‖w‖, log scale", axis)].map((h) => el("th", {}, h))),
+      el("tr", {}, ["parameter", "shape", "‖w‖", "‖g‖ (used)", "‖Δw‖", "‖Δw‖/‖w‖", el("span", {}, "on a log scale", axis)].map((h) => el("th", {}, h))),
       rows), el("p", { class: "note" }, "‖g‖ (used): the gradient as the optimizer got it, after the clipping. Click a row for its arrays."));
   }
 
