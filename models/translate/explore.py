@@ -43,6 +43,7 @@ from .evaluation import InputTooLong, encode_sources, translate
 from .explore_files import CHECKPOINTS, Checkpoints, Damaged, RunFiles, read_run_files, stamp
 from .explore_tour import tour, training_mode, update_stops
 from .explore_update import UpdateViews
+from .layer_stats import STATS
 from .run import MEMBERS, RunError, chosen_decoding, members, read_metrics
 from ..beam_tree import BeamTree
 from ..ensemble import Ensemble
@@ -222,13 +223,14 @@ class RunViews(UpdateViews):
 
     def metric_events(self, params: dict) -> Iterator[dict]:
         """The run's news: the records of metrics.jsonl as they are appended, the list of kept
-        checkpoints and a version of last.npz and best.npz (which change when `train` writes them
-        again): all of it first, then whenever something changed (and an empty event every
+        checkpoints and a version of last.npz, best.npz and layer_stats.jsonl (which change when
+        `train` writes them again): all of it first, then whenever something changed (and an empty event every
         KEEP_ALIVE_S, by which the server learns that a tab was closed)."""
         path, sent, size, seen, quiet = self.files.directory / "metrics.jsonl", 0, -1, None, 0.0
         while True:
             now, kept = (path.stat().st_size if path.is_file() else 0), self.checkpoints.names()
-            versions = {name: "-".join(map(str, stamp(self.files.directory / name) or ())) for name in CHECKPOINTS}
+            versions = {name: "-".join(map(str, stamp(self.files.directory / name) or ()))
+                        for name in (*CHECKPOINTS, STATS)}
             if now != size or (kept, versions) != seen or quiet >= KEEP_ALIVE_S:
                 records = read_metrics(path) if now != size else []
                 if len(records) < sent and now != size:  # rewritten shorter (a resumed run): start again

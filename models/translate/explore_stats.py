@@ -26,6 +26,8 @@ def over_training(directory: Path, checkpoints: Any, stats_of: Callable[[Any], d
     source = f"recorded by train at each validation ({STATS}): the gradient of the last training step"
     if not records:
         snapshots = [name for name in checkpoints.names() if name.startswith("snapshots/")]
+        if not checkpoints.names():
+            return {"steps": [], "note": "no statistics over training yet: train records them at each validation"}
         if len(snapshots) < 2:
             return {"steps": [], "note": "no statistics over training: this run neither recorded them (it was "
                                          f"trained before {STATS} existed) nor kept --snapshots"}
@@ -35,7 +37,8 @@ def over_training(directory: Path, checkpoints: Any, stats_of: Callable[[Any], d
         records = cache["records"]
         source = "computed from the run's snapshots: the gradient of the explorer's batch at each"
     if skipped:
-        source += f"; {skipped} line{'s' * (skipped > 1)} of {STATS} did not read and {'are' if skipped > 1 else 'is'} left out"
+        lines = f"{skipped} lines of {STATS} did not read and are" if skipped > 1 else f"a line of {STATS} did not read and is"
+        source += f"; {lines} left out"
     return {"source": source, **by_layer(records)}
 
 
@@ -80,4 +83,6 @@ def by_layer(records: list[dict]) -> dict:
 
 
 def _histogram(stats: dict | None) -> dict | None:
-    return None if not stats or not stats.get("hist") else {"lo": stats["lo"], "hi": stats["hi"], "counts": stats["hist"]}
+    if not stats or not stats.get("hist"):
+        return None
+    return {"lo": stats["lo"], "hi": stats["hi"], "counts": stats["hist"]}

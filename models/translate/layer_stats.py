@@ -96,7 +96,8 @@ def _is_record(entry: Any) -> bool:
         if not (isinstance(stats, dict) and _number_or_none(stats.get("change"))):
             return False
         for part in [stats.get("w")] + ([stats["g"]] if stats.get("g") is not None else []):  # g may be None
-            if not (isinstance(part, dict) and all(_number_or_none(part.get(k)) for k in ("norm", "mean", "std", "lo", "hi"))
+            numbers = ("norm", "mean", "std", "lo", "hi")
+            if not (isinstance(part, dict) and all(_number_or_none(part.get(k)) for k in numbers)
                     and isinstance(part.get("hist"), list) and len(part["hist"]) <= HIST_BINS
                     and all(_whole(c) for c in part["hist"])):
                 return False

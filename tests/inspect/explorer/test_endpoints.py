@@ -478,7 +478,8 @@ def test_the_news_stream_announces_new_checkpoints(tiny_run, tmp_path):
     with serving(open_explorer(run)) as url, urllib.request.urlopen(url + "/api/events/metrics", timeout=30) as stream:
         first = strict(stream.readline().decode().removeprefix("data: "))
         stream.readline()
-        assert first["checkpoints"] == [] and first["versions"] == {"best.npz": "", "last.npz": ""}
+        assert first["checkpoints"] == [] and first["versions"]["best.npz"] == first["versions"]["last.npz"] == ""
+        assert first["versions"]["layer_stats.jsonl"] != ""  # the copy kept the run's record of its layers
         shutil.copy(tiny_run / "last.npz", run / "last.npz")
         second = strict(stream.readline().decode().removeprefix("data: "))
         assert second["checkpoints"] == ["last.npz"] and second["versions"]["last.npz"] != ""

@@ -14,16 +14,18 @@
 
   async function showTraining(root, info) {
     const records = [];
-    let checkpoints = [];
+    let checkpoints = [], statsShown = false;
     const slider = root.querySelector("#ckpt-slider"), sentence = root.querySelector("#ckpt-sentence");
     sentence.value = info.example || "";
-    const news = ({ from, records: added, checkpoints: kept }) => {
+    const news = ({ from, records: added, checkpoints: kept, versions }) => {
       if (added && added.length) {
         records.splice(from, records.length - from, ...added);
         drawCurves(root.querySelector("#curves"), records);
       }
-      if (kept && (kept.join() !== checkpoints.join() || added && added.some((r) => r.valid_exact_match !== undefined))) {
-        TX.stats.draw(root);  // a validation: a new record of each layer
+      const stats = versions && versions["layer_stats.jsonl"];
+      if (statsShown === false || (stats !== undefined && stats !== statsShown)) {
+        statsShown = stats;
+        TX.stats.draw(root);  // first, then whenever train appends a record of each layer (at a validation)
       }
       if (kept && kept.join() !== checkpoints.join()) {  // a new snapshot joins the slider
         const atEnd = Number(slider.value) >= checkpoints.length - 1;
@@ -62,7 +64,6 @@
     if (info.live) TX.onNews(news);
     else news({ from: 0, ...(await TX.api("/api/metrics")) });  // a saved page: the curves as they were
     if (!records.length) drawCurves(root.querySelector("#curves"), records);
-    if (!info.live) await TX.stats.draw(root);
     await show();
   }
 
