@@ -11,11 +11,13 @@ does not have (another layout) is left out.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
 import numpy as np
 
+from tinygrad_tx import optim
 from tinygrad_tx.inspect.explorer import StepRecord
 from tinygrad_tx.inspect.explorer.words import signed
 
@@ -148,8 +150,7 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         used = int((np.abs(g).sum(axis=1) > 0).sum())
         stop("13. Into the embedding table", table, "grad",
              f"Only the rows of pieces that occur in the batch receive a gradient: {used} of {g.shape[0]} rows "
-             "are not zero. The optimizer then moves the weights using these gradients; that is one step of "
-             "training, and the run repeats it thousands of times.", "backward")
+             "are not zero. Every weight now has its gradient: next, the optimizer moves them.", "backward")
     return stops
 
 
@@ -178,3 +179,41 @@ def _finder(record: StepRecord):
 
 def _vector(v: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.2f}" for x in v[:4]) + (", …]" if len(v) > 4 else "]")
+
+
+# -- the update: the step's end ---------------------------------------------------------------
+
+def training_mode(model: Any) -> str:
+    """How the step graph's forward ran, in words: dropout's rates as the model has them."""
+    cfg = model.config
+    rates = {"dropout": cfg.dropout, "attention": cfg.attention_p, "feed-forward": cfg.activation_p}
+    if not any(rates.values()):
+        return "training mode: no dropout (its rates are 0)"
+    return "training mode: " + ", ".join(f"{name} {p:g}" for name, p in rates.items()) + ", seeded"
+
+
+def optimizer_rule(name: str) -> str:
+    """The update rule of optimizer `name`, as its class's docstring states it."""
+    cls = getattr(optim, name, None)
+    return inspect.cleandoc(cls.__doc__) if isinstance(cls, type) and cls.__doc__ else ""
+
+
+def update_stops(update: dict, before: int) -> list[dict]:
+    """The tour's last stop: the optimizer's step (`update`: `UpdateRecord.summary`), after `before`
+    stops; it shows the parameter the step moved most against its size."""
+    moved = [p for p in update["params"] if p["ratio"] is not None]
+    if not moved:
+        return []
+    most, least = max(moved, key=lambda p: p["ratio"]), min(moved, key=lambda p: p["ratio"])
+    memory = (f"its running means of each weight's gradients (m) and of their squares (v), saved after "
+              f"{update['t_saved']} steps, take in this gradient, and " if update["optimizer"].startswith("Adam")
+              else "")
+    moves = (f"Against its own size, {most['name']} moves most (‖Δw‖/‖w‖ = {most['ratio']:.2g}) and "
+             f"{least['name']} least ({least['ratio']:.2g})." if most["ratio"] > 0 else
+             "No weight moves: Δw is 0 everywhere.")
+    return [{"title": f"{before + 1}. The update", "node": most["node"], "param": most["name"], "show": "update",
+             "phase": "update",
+             "text": f"Backward is done; the step ends with the optimizer. {update['words']['clip']} "
+                     f"{update['optimizer']}: {memory}every weight moves at the learning rate {update['lr']:.3g}. "
+                     f"{moves} {update['words']['loss']} That is one step of training: the run repeats it for "
+                     "every batch."}]

@@ -10,6 +10,7 @@
       last.npz        the latest checkpoint: weights, optimizer, schedule, step, best score, averaging sum
       best.npz        the checkpoint with the best validation score (BLEU for a corpus, exact match for a task)
       metrics.jsonl   one JSON line per logged step
+      layer_stats.jsonl  each parameter's norms and histograms at each validation (for `explore`)
       curves.png      loss and validation accuracy (with matplotlib installed)
       train.lock      held (flock) by the one `train` writing here; empty
       members/2/      an ensemble's (train --members N) second model: its last.npz, best.npz,
@@ -50,7 +51,7 @@ LOCK = "train.lock"
 SNAPSHOTS = "snapshots"  # train --snapshots: the weights of each validation, step_N.npz
 MEMBERS = "members"  # train --members N: the checkpoints of the ensemble's models after the first
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS,
+                       "metrics.jsonl", "layer_stats.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS,
                        MEMBERS})
 
 

@@ -51,6 +51,7 @@ import tinygrad_tx.distributed as dist
 import tinygrad_tx.functional as F
 from tinygrad_tx import optim, schedules
 
+from . import layer_stats
 from .averaging import Average, snapshot_steps
 from .budget import CHANGE_BY, PLAN_AT_VALIDATION, Budget, Timing, parse_duration
 from ..text.data import PAD_ID
@@ -308,6 +309,7 @@ class Trainer:
                                            averaged=len(self.average.taken)))
             self.model.load_state_dict(trained)  # last.npz goes on from the trained weights
         self.save("last.npz")
+        layer_stats.record(self.out, self.step, self.model)  # each layer's weights and gradients, for `explore`
         if self.s.snapshots:  # the weights alone: what `explore` needs to show attention as it formed
             (self.out / SNAPSHOTS).mkdir(exist_ok=True)
             self.model.save(self.out / SNAPSHOTS / f"step_{self.step:06d}.npz")

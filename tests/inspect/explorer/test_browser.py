@@ -297,7 +297,10 @@ def test_the_guided_tour_visits_each_stop(page, run_url, run_explorer, shots):
         page.wait_for_selector(f"#tour .note:has-text('stop {k} of {len(stops)}')")
         assert page.inner_text("#tour .tour-text") == stop["text"]
         mark = "current" if stop["phase"] == "backward" and stop["node"].startswith("op") else "selected"
-        page.wait_for_selector(f"#graph .node.{mark}[data-id='{stop['node']}']")  # shown itself, not its box
+        if stop["phase"] == "update":  # the last: the update view, at its parameter (test_browser_update.py)
+            page.wait_for_selector(f"#view-update tr.chosen[data-name='{stop['param']}']")
+        else:
+            page.wait_for_selector(f"#graph .node.{mark}[data-id='{stop['node']}']")  # shown itself, not its box
         if k == 3:
             page.screenshot(path=str(shots / "explorer_tour.png"))
         if k < len(stops):

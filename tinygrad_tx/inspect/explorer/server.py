@@ -36,10 +36,12 @@ from .params import BadRequest, flat
 
 ASSETS = {"/": "index.html", **{"/" + name: name for name in (  # request path -> file under static/
     "favicon.svg", "explore.css", *(f"{name}.js" for name in ("api", "draw", "graph", "walk", "parts", "tour",
-                                                               "translate", "training", "compiled", "explore")),
+                                                               "translate", "stats", "training", "compiled", "update",
+                                                               "explore")),
     "vendor/dagre.min.js", "vendor/LICENSE-dagre.txt", "vendor/dagre.min.js.LEGAL.txt")}}
 SCRIPTS = ["vendor/dagre.min.js", *(f"{name}.js" for name in ("api", "draw", "graph", "walk", "parts", "tour",
-                                                               "translate", "training", "compiled", "explore"))]
+                                                               "translate", "stats", "training", "compiled", "update",
+                                                               "explore"))]
 """The page's scripts in the order it runs them (index.html, and the saved page, which inlines them)."""
 TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
          ".js": "text/javascript; charset=utf-8", ".txt": "text/plain; charset=utf-8"}

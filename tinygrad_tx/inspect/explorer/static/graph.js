@@ -10,7 +10,8 @@
   const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), placed: {}, owner: {}, view: null,
                   version: undefined, shown: null };
 
-  async function showGraph(root) {
+  async function showGraph(root, info) {
+    state.update = !!(info && info.views.includes("update"));
     root.querySelector("#fold").addEventListener("click", () => { foldTo(1); draw(); });
     root.querySelector("#unfold").addEventListener("click", () => { foldTo(Infinity); draw(); });
     TX.walk.wire(root);
@@ -43,7 +44,7 @@
     for (const n of graph.nodes) for (const i of n.inputs) (state.users[i] ||= []).push(n);
     shows(graph.shows);
     if (first) foldTo(1);
-    TX.walk.loaded(walk);
+    TX.walk.loaded(walk, state.update);
     draw();
     if (!(await TX.walk.resume()) && state.shown) showNode(state.shown);
   }
@@ -51,7 +52,7 @@
   // Which checkpoint and step the view shows (a run's views; nothing for a function's graph).
   function shows(about) {
     document.getElementById("graph-shows").textContent = about && about.checkpoint
-      ? `the step graph of ${about.checkpoint}, step ${about.step} (training mode: dropout on, seeded)` : "";
+      ? `the step graph of ${about.checkpoint}, step ${about.step} (${about.mode})` : "";
   }
 
   // -- folding --------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // The guided tour: a dozen stops through one training step of the run's own model, from the tokens
-// to the loss and back (the server writes each stop's paragraph with the step's values:
-// explore_tour.py). Each stop opens the boxes around its node, shows it, and, going backward,
-// puts the walk at that node's step.
+// to the loss, back, and into the optimizer's update (the server writes each stop's paragraph with
+// the step's values: explore_tour.py). Each stop opens the boxes around its node, shows it, and,
+// going backward, puts the walk at that node's step; the last shows the update view.
 "use strict";
 (() => {
   const { el } = TX.draw;
@@ -33,6 +33,12 @@
          el("button", { class: "tour-prev", disabled: state.at === 0, onclick: () => go(state.at - 1) }, "◀ back"),
          el("button", { class: "tour-next", disabled: state.at === state.stops.length - 1, onclick: () => go(state.at + 1) }, "next ▶"),
          el("button", { class: "tour-close", onclick: stop }, "close")));
+    if (s.phase === "update") {  // the update view, at the parameter the stop names
+      await TX.showView("update");
+      await TX.update.select(s.param);  // its row marked; the window stays where the card is
+      return;
+    }
+    await TX.showView("graph");  // (back from the update view)
     const node = TX.graph.node(s.node);
     if (s.phase === "backward" && node.kind === "op") {
       await TX.walk.stepToNode(s.node);  // the walk at this node's step, at the level shown: what arrives, what it sends

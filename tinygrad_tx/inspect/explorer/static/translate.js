@@ -4,7 +4,7 @@
 "use strict";
 (() => {
   const { el, svg, fmt, heatmap, layout, edgePath, arrowDefs, key } = TX.draw;
-  let version;
+  let version, waiting = false;  // best.npz's version; whether the last answer waited for a checkpoint
 
   function showTranslate(root, info) {
     const input = root.querySelector("#sentence"), beam = root.querySelector("#beam");
@@ -20,6 +20,7 @@
       message.hidden = true;
       try {
         const answer = await TX.api("/api/translate", { sentence: input.value, beam: Number(beam.value) });
+        waiting = !!answer.waiting;
         root.querySelector("#translate-shows").textContent = answer.shows ? `with ${answer.shows.checkpoint}, step ${answer.shows.step}` : "";
         if (answer.waiting || answer.problem) throw new Error(answer.waiting || answer.problem);
         draw(root, answer);
@@ -31,6 +32,7 @@
     });
     TX.onNews((event) => {  // a new best.npz: what is drawn was translated by the old one
       const now = event.versions && event.versions["best.npz"];
+      if (now && waiting) { waiting = false; form.requestSubmit(); }  // it waited for the first checkpoint: there now
       if (version !== undefined && now !== version && root.querySelector("#translation").childElementCount) {
         news.hidden = false;
         news.replaceChildren("The run wrote a new best.npz since this translation. ",

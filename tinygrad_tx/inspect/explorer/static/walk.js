@@ -6,7 +6,7 @@
 "use strict";
 (() => {
   const { el, shape, statsLine } = TX.draw;
-  const state = { level: "module", at: 0, steps: [], modules: [], seeded: "1" };
+  const state = { level: "module", at: 0, steps: [], modules: [], seeded: "1", update: false };
   const G = () => TX.graph;
 
   function wire(root) {
@@ -23,10 +23,13 @@
     });
   }
 
-  function loaded(walk) {
+  // `update`: a run's walk goes on, after backward's steps, into the optimizer's step (the clip of
+  // the gradients, then the update), which the update view draws (update.js).
+  function loaded(walk, update) {
     state.steps = walk.steps;
     state.modules = walk.modules;
     state.seeded = walk.seeded_with;
+    state.update = !!update;
   }
 
   // After the graph was drawn again (a new checkpoint): the walk where it was. Whether it was started.
@@ -36,7 +39,9 @@
     return true;
   }
 
-  const list = () => (state.level === "module" ? state.modules : state.steps);
+  const backward = (level) => (level === "module" ? state.modules : state.steps);
+  const tail = () => (state.update ? [{ update: "clip", sends: [] }, { update: "step", sends: [] }] : []);
+  const list = () => [...backward(state.level), ...tail()];
 
   // Switch levels, staying at the same place of the walk: the module step holding the current op,
   // or the first op of the current module step.
@@ -44,7 +49,9 @@
     if (level === state.level && at === undefined) return Promise.resolve();
     let to = at;
     if (to === undefined && state.at) {
-      to = level === "module" ? state.steps[state.at - 1].module : state.modules[state.at - 1].ops[0];
+      const past = state.at - backward(state.level).length;  // > 0: in the optimizer's step
+      to = past > 0 ? backward(level).length + past
+        : level === "module" ? state.steps[state.at - 1].module : state.modules[state.at - 1].ops[0];
     }
     state.level = level;
     for (const l of ["module", "op"]) document.getElementById(`level-${l}`).classList.toggle("active", l === level);
@@ -54,14 +61,15 @@
   function stepTo(at) {
     if (!G().ready()) return Promise.resolve();
     state.at = Math.max(0, Math.min(at, list().length));
-    if (state.at > 0) G().bringIntoView(current().node);
+    if (state.at > 0 && !current().update) G().bringIntoView(current().node);
     mark();
     if (!state.at) return Promise.resolve();
+    if (current().update) return TX.update.walkStep({ ...current(), number: state.at }, G().fill);
     return state.level === "module" ? showModule(current()) : showOp(current());
   }
 
   const current = () => list()[state.at - 1];
-  const nodesOf = (s) => (state.level === "module" ? s.nodes : [s.node]);
+  const nodesOf = (s) => (s.update ? [] : state.level === "module" ? s.nodes : [s.node]);
 
   // Classes on the drawn nodes: done (visited), current (this step), receives (gets a gradient now).
   function mark() {
@@ -69,8 +77,7 @@
     for (const g of document.querySelectorAll("#graph .node")) g.classList.remove("done", "current", "receives");
     if (state.at === 0) { status.textContent = "not started"; return; }
     const s = current();
-    status.textContent = state.level === "module" ? `module step ${state.at} of ${state.modules.length}`
-      : `step ${state.at} of ${state.steps.length}`;
+    status.textContent = `${state.level === "module" ? "module step" : "step"} ${state.at} of ${list().length}`;
     for (const earlier of list().slice(0, state.at - 1)) for (const id of nodesOf(earlier)) G().drawnAs(id)?.classList.add("done");
     for (const send of s.sends) G().drawnAs(send.to)?.classList.add("receives");
     for (const id of nodesOf(s)) G().drawnAs(id)?.classList.add("current");
@@ -164,7 +171,7 @@
   // The step holding node `id` at the current level (for the tour); past the end for a leaf.
   function stepToNode(id) {
     const op = state.steps.find((s) => s.node === id);
-    if (!op) return stepTo(list().length);
+    if (!op) return stepTo(backward(state.level).length);
     return stepTo(state.level === "module" ? op.module : op.number);
   }
 
