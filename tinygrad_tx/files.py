@@ -95,7 +95,7 @@ def check_output_path(path: str | os.PathLike, option: str) -> bool:
 def read_head(path: str | os.PathLike, size: int) -> bytes:
     """The first `size` bytes of `path` if it is a regular file (b"" if not), never opening a symbolic
     link or blocking on a FIFO put there since it was checked."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))  # POSIX
     with open(fd, "rb") as f:
         return f.read(size) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
 
