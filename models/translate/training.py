@@ -60,7 +60,7 @@ from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
 from .ranks import check_data_agree, check_settings_agree, on_every_rank, together
 from .run import (SNAPSHOTS, RunError, append_metrics, check_fits, check_new_run_directory, check_vocabularies,
-                  claim, create_run, keep_metrics_until, load_checkpoint, load_weights, member_directory)
+                  claim, create_run, keep_metrics_until, load_checkpoint, load_weights, member_directory, write_text)
 from .settings import TrainSettings, run_directory
 from ..transformer import Transformer
 
@@ -118,6 +118,7 @@ class Trainer:
         self.timing = Timing(clock)
         self.lock = None
         self.warned_no_plot = False
+        self.unsaved_best = False  # resumed from a validation that beat best.npz before it was written
 
     def _set_steps(self, steps: int) -> None:
         """End the run, and decay its learning rate, at `steps` (from the step it is at)."""
@@ -159,7 +160,7 @@ class Trainer:
                        {"valid": d.valid_pairs, "test": d.test_pairs})
         elif self.ensemble:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "metrics.jsonl").write_text("")
+            write_text(self.out / "metrics.jsonl", "")
 
     def _claim(self) -> RunError | None:
         """Rank 0 takes the run directory; what stops it, if anything, for every rank to see."""
@@ -191,6 +192,8 @@ class Trainer:
 
     def _loop(self, progress, stop: list) -> str:
         self.model.train()
+        if self.validates and self.unsaved_best:  # resumed after a validation whose best.npz was not written
+            self.validate(progress)
         step = train_step(self.model, self.optimizer, self.s.label_smoothing, self.s.jit, self.s.rdrop, self.shards,
                           self.s.clip_norm)
         device = tx.get_backend(self.s.device)
@@ -300,16 +303,31 @@ class Trainer:
             self._validate(progress)
 
     def _validate(self, progress) -> None:
-        self._keep_if_best(self._score(progress, f"step {self.step}"))
+        score = self._score(progress, f"step {self.step}")
+        won = score > self.best  # the trained weights beat best.npz
+        self.best = max(self.best, score)
         self.average.add(self.step, self.model)
+        mean = None  # at the last step: the mean weights, if they beat every validation's
         if self.step == self.s.steps and len(self.average.taken) > 1:
             trained = self.model.state_dict()
             self.model.load_state_dict(self.average.mean())
-            self._keep_if_best(self._score(progress, f"mean of the weights at steps {self.average.taken}",
-                                           averaged=len(self.average.taken)))
+            score = self._score(progress, f"mean of the weights at steps {self.average.taken}",
+                                averaged=len(self.average.taken))
+            if score > self.best:
+                self.best, mean = score, self.average.mean()
             self.model.load_state_dict(trained)  # last.npz goes on from the trained weights
+        # last.npz before best.npz: a write that fails between the two (a full disk) leaves what
+        # --resume continues from, and best.npz's own score tells it to validate this step again
         self.save("last.npz")
         layer_stats.record(self.out, self.step, self.model)  # each layer's weights and gradients, for `explore`
+        if mean is not None:
+            trained = self.model.state_dict()
+            self.model.load_state_dict(mean)
+            self.save("best.npz")
+            self.model.load_state_dict(trained)
+        elif won:
+            self.save("best.npz")
+        self.unsaved_best = False
         if self.s.snapshots:  # the weights alone: what `explore` needs to show attention as it formed
             (self.out / SNAPSHOTS).mkdir(exist_ok=True)
             self.model.save(self.out / SNAPSHOTS / f"step_{self.step:06d}.npz")
@@ -347,11 +365,6 @@ class Trainer:
         themselves = score([refs[0] for refs in references], references, self.data.tokenizers[1])
         return "bleu" if themselves["bleu_defined"] else "chrf"
 
-    def _keep_if_best(self, key: float) -> None:
-        if key > self.best:
-            self.best = key
-            self.save("best.npz")
-
     def log(self, record: dict) -> None:
         if self.validates:
             append_metrics(self.out, record)
@@ -377,10 +390,22 @@ class Trainer:
             self.average.load_state_dict(state.get("average", {}))
         except (KeyError, TypeError, ValueError) as e:
             raise RunError(f"checkpoint {path} is damaged: {type(e).__name__} {e}") from None
-        if self.best >= 0 or (self.out / "best.npz").exists():  # a validation ran: the final report needs it
-            load_checkpoint(self.out / "best.npz")
+        # the score to beat is the one best.npz holds: last.npz, written first, knows a better one
+        # if the run stopped before best.npz was (a full disk): then this step validates again
+        saved = self._best_saved()
+        self.unsaved_best, self.best = self.best > saved, saved
         if self.validates:
-            keep_metrics_until(self.out, self.step)
+            keep_metrics_until(self.out, self.step, validated=not self.unsaved_best)
+
+    def _best_saved(self) -> float:
+        """The validation score best.npz holds (below every score if there is none yet)."""
+        path = self.out / "best.npz"
+        if not path.exists():
+            return -1.0
+        try:
+            return float(load_checkpoint(path)["best"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise RunError(f"checkpoint {path} is damaged: {type(e).__name__} {e}") from None
 
 
 def train_step(model: dist.DataParallel | Transformer, optimizer: optim.Optimizer, label_smoothing: float, jit: bool,
