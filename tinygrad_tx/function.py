@@ -82,7 +82,7 @@ from time import perf_counter
 from typing import Any, Sequence
 
 from . import observers
-from .backend import DeviceError
+from .backends import DeviceError
 
 REGISTRY: dict[str, type["Function"]] = {}
 """Every differentiable op by name; the test suite checks each has a gradcheck case and a docstring."""

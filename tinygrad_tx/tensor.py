@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import observers, ops
-from .backend import Backend, backend_of, get_backend
+from .backends import Backend, backend_of, get_backend
 from .backward import backward as run_backward, sum_to
 from .function import in_place
 

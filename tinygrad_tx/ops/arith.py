@@ -10,7 +10,7 @@ Tensors (see `function.py`, "How to add an op").
 from __future__ import annotations
 
 from ..backward import sum_to
-from ..blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
+from ..backends.blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
 from ..function import Function
 from .kernels import column_sums
 

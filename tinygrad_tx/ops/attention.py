@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
+from ..backends.blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
 from ..function import Function
 from .nn import dropout_mask
 from .kernels import row_dots, row_max, row_sums

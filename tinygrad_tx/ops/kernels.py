@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..blas import capturing_now, matmul
+from ..backends.blas import capturing_now, matmul
 
 
 def as_rows(x):

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend
+from ..backends import Backend
 from ..function import Function
 from .kernels import as_rows
 from .select import ScatterAdd, check_range

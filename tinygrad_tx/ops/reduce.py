@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..backend import widened_sum
+from ..backends import widened_sum
 from ..backward import sum_to
 from ..function import Function
 

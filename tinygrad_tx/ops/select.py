@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..backend import Backend, DeviceError
+from ..backends import Backend, DeviceError
 from ..function import Function
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import blas, host_kernels
-from .observers import replayable
+from ..observers import replayable
 from .scatter import cuda_segment_add, host_segment_add, scatter_add_in_order
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
@@ -80,7 +80,7 @@ class Backend:
     # -- scatter-add: a[idx] += v with repeated indices accumulated ----------------
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
         """In-place `target[index] += values`, where repeated indices accumulate, each position's
-        values added in the order they come, on every device (`tinygrad_tx/scatter.py`: a GPU's
+        values added in the order they come, on every device (`scatter.py`: a GPU's
         atomic adds would make a gradient's last bits change from run to run).
 
         Plain `target[index] += values` keeps only one of the repeated updates
@@ -140,7 +140,7 @@ class NumpyBackend(Backend):
 
 
 class StrictBackend(Backend):
-    """NumPy underneath, CuPy's manners on top; see `tinygrad_tx.strict`."""
+    """NumPy underneath, CuPy's manners on top; see `strict.py`."""
 
     def __init__(self):
         from . import strict
@@ -176,7 +176,7 @@ class StrictBackend(Backend):
         return self._bernoulli_keep(self.rng, shape, p)
 
     def capture(self, fn):
-        """The strict device's model of a CUDA graph (`tinygrad_tx.strict`). Its capture computes
+        """The strict device's model of a CUDA graph (`strict.py`). Its capture computes
         (a GPU's computes nothing), so the generator is put back where it was: on a GPU the
         graph's first draw is made by its first launch."""
         state = self.rng.bit_generator.state
