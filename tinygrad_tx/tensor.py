@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import observers, ops
-from .backend import Backend, backend_of, get_backend
+from .backends import Backend, backend_of, get_backend
 from .backward import backward as run_backward, sum_to
 from .function import in_place
 
@@ -403,6 +403,7 @@ class TensorMath:
     sqrt = staticmethod(lambda x: x.sqrt())
     tanh = staticmethod(lambda x: x.tanh())
     broadcast_to = staticmethod(lambda x, shape: x.expand(shape))
+    matmul = staticmethod(lambda a, b: a @ b)
     sign = staticmethod(lambda x: Tensor._from_op(x.backend.xp.sign(x.data), x.backend))  # a constant
     ones_like = staticmethod(lambda x: Tensor._from_op(x.backend.xp.ones_like(x.data), x.backend))  # a constant
     where = staticmethod(lambda cond, a, b: where(cond, a, b))

@@ -165,7 +165,7 @@ from ..nn import Module
 from ..tensor import Tensor
 from .reach import ENGINE_WAYS, Reach, contents, describe_change, module_contents, same
 from .record import JitError, Recorder, check_same, record
-from .graph import GraphReplay
+from .graph import GraphReplay, refuse_without_graphs
 from .tape import Tape
 
 __all__ = ["jit", "Jitted", "JitError", "Tape"]
@@ -229,6 +229,9 @@ class Jitted:
             self.replays += 1
             return self._replay_graph(tape, tensors) if self.cuda_graph else tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
+        if self.cuda_graph:
+            params = (p for m in self._modules for p in m.parameters())
+            refuse_without_graphs([*tensors, *self._outside.values(), *params])
         split, before = len(self._watched), contents(self.fn, self._watched)  # what the recording assumes
         tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree

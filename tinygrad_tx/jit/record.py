@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import Backend, backend_of, host_rng
+from ..backends import Backend, backend_of, host_rng
 from ..backward import Plan
 from ..distributed.collectives import all_reduce
 from ..nn import Module
