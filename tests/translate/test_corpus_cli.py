@@ -255,4 +255,4 @@ def test_evaluate_and_translate_decode_as_the_run_chose_unless_told(corpus_run, 
     run_json["decoding"]["beam"] = 0
     (copy / "run.json").write_text(json.dumps(run_json))
     done = run_cli("evaluate", "--checkpoint", str(copy))
-    assert done.returncode == 2 and "run.json is damaged: its decoding" in done.stderr
+    assert done.returncode == 2 and "run.json is damaged: decoding.beam" in done.stderr
