@@ -256,3 +256,29 @@ def test_evaluate_and_translate_decode_as_the_run_chose_unless_told(corpus_run, 
     (copy / "run.json").write_text(json.dumps(run_json))
     done = run_cli("evaluate", "--checkpoint", str(copy))
     assert done.returncode == 2 and "run.json is damaged: decoding.beam" in done.stderr
+
+
+# -- issue 58, item 11: `corpus` on what has nothing to describe ------------------------------------
+
+@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+@pytest.mark.parametrize("empty", ["source", "target"])
+def test_corpus_of_empty_sides_is_one_line(capsys, tmp_path, kind, empty):
+    """Every source empty was an IndexError (char, word) or sentencepiece's RuntimeError (bpe, unigram)."""
+    from .test_cli_errors import assert_one_line_error, run
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"\tchien {i}\n" if empty == "source" else f"dog {i}\t \n" for i in range(5)))
+    code, out, err = run(capsys, "corpus", str(path), "--tokenizer", kind)
+    assert_one_line_error(code, err, str(path), f"every {empty}", "empty")
+    assert out == ""
+
+
+@pytest.mark.parametrize("size", ["0", "-5"])
+def test_corpus_refuses_a_vocabulary_of_no_pieces(capsys, tmp_path, size):
+    """`corpus --vocab-size 0` silently used the default (0 read as "not given")."""
+    from .test_cli_errors import assert_one_line_error, run
+
+    data = write_anki(tmp_path / "fra.txt", n_sources=20)
+    code, out, err = run(capsys, "corpus", str(data), "--vocab-size", size)
+    assert_one_line_error(code, err, "--vocab-size", repr(size))
+    assert out == ""
