@@ -120,6 +120,7 @@ def run_train(args: argparse.Namespace) -> None:
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {models}{sum(p.size for p in trainer.model.parameters()):,} parameters"
         f"{' each' * (settings.members > 1)}, {length}")
+    say(chosen_model_and_training(settings, trainer.schedule.warmup))
     began = time.perf_counter()
     # before a --time run has chosen its steps, the bar knows no total (--steps is only a bound)
     with progress(settings.steps if trainer.planned else None, trainer.step, enabled=trainer.main) as bar:
@@ -236,6 +237,20 @@ def decoding_name(beam: int, penalty: float) -> str:
     return f"beam {beam}" + ("" if penalty == LENGTH_PENALTY else f", length penalty {penalty:g}")
 
 
+def chosen_model_and_training(s: TrainSettings, warmup: int) -> str:
+    """What a task's or corpus's defaults (or the flags) chose, in one line: "width 128, 2 encoder and
+    2 decoder layers, 4 heads, feed-forward 512 (gelu_tanh), dropout 0.05 (attention 0, activation 0);
+    lr 0.004 after 400 warm-up steps, cosine decay, weight decay 0.3, batches of 96, label smoothing 0.1"
+    (`warmup`: the schedule's, at most a quarter of the steps)."""
+    apart = ", ".join(f"{name} {p:g}" for name, p in (("attention", s.attention_dropout),
+                                                       ("activation", s.activation_dropout)) if p is not None)
+    dropout = f"dropout {s.dropout:g}" + (f" ({apart})" if apart else "")
+    return (f"width {s.d_model}, {s.num_encoder_layers} encoder and {s.num_decoder_layers} decoder layers, "
+            f"{s.num_heads} heads, feed-forward {s.d_ff} ({s.activation}{', pre-LN' * s.norm_first}), {dropout}; "
+            f"lr {s.lr:g} after {warmup} warm-up steps, {s.schedule} decay, weight decay {s.weight_decay:g}, "
+            f"batches of {s.batch_size}, label smoothing {s.label_smoothing:g}")
+
+
 def where_and_how(trainer: Trainer) -> str:
     """`new run runs/x: device cpu, 1 BLAS thread, 1 process`: what a user would otherwise have to guess."""
     s, n = trainer.s, dist.world_size()
@@ -273,8 +288,9 @@ def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool =
         return
     metrics = score(outputs, references, run.tokenizers[1])
     table = by_length(texts, outputs, references, run.tokenizers[0]) if lengths else []
-    if as_json:
-        print(json.dumps({**metrics, "by_length": table} if lengths else metrics))
+    if as_json:  # scores to 1e-4 of a percent: sacrebleu's float arithmetic gives BLEU 100.00000000000004
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
+        print(json.dumps({**shown, "by_length": [[n, s, round(e, 4)] for n, s, e in table]} if lengths else shown))
         return
     print(f"{where} ({metrics['n']} sources, {metrics['references']} references, {decoding_name(beam, penalty)}): "
           f"{summary(metrics)}")
