@@ -67,6 +67,16 @@ def exact_match(model: Transformer, n: int = 500, seed: int = 1, beam_size: int 
     return float((out == tgt_out).all(axis=1).mean())
 
 
+def shown(ids: np.ndarray) -> str:
+    """Symbols as their ids, up to the end id, shown as <eos> (the padding after it left out)."""
+    tokens = []
+    for i in ids.tolist():
+        tokens.append("<eos>" if i == EOS else str(i))
+        if i == EOS:
+            break
+    return " ".join(tokens)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="training steps (default 300; more than 50)")
@@ -75,7 +85,7 @@ def main() -> None:
     print(f"trained in {time.perf_counter() - start:.1f} s")
     src, _, _ = make_batch(np.random.default_rng(2), 4)
     for s, out in zip(src, greedy_decode(model, src, LENGTH + 1, BOS, EOS)):
-        print(f"source {s.tolist()}\n  -> {out.tolist()}")
+        print(f"source {shown(s)}\n  ->   {shown(out)}")
     print(f"exact match, greedy: {exact_match(model):.1%}   beam of 4: {exact_match(model, beam_size=4):.1%}")
 
 
