@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -104,6 +105,8 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser, but a refused command line is one line, as every other error is."""
 
     def error(self, message: str) -> None:
+        # "argument --beam: must be ..." -> "--beam must be ...", as a run.json's setting is said
+        message = re.sub(r"^argument (\S+): must be ", r"\1 must be ", message)
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
