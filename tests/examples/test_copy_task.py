@@ -16,3 +16,11 @@ def test_the_translations_show_symbols_and_name_the_end():
     for tokens in pairs:  # symbols are 3 .. 15; the end id, 2, is never printed bare
         assert all(t == "<eos>" or 3 <= int(t) <= 15 for t in tokens), tokens
         assert "<eos>" not in tokens[:-1]
+
+
+def test_a_number_of_steps_it_cannot_train_is_refused_in_one_line():
+    """`--steps 0` was a ValueError traceback from the schedule (its warm-up is 50 steps)."""
+    for steps in ("0", "50", "nan", "9" * 400):
+        result = subprocess.run([sys.executable, str(ROOT / "examples" / "copy_task.py"), "--steps", steps],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and "Traceback" not in result.stderr and "--steps" in result.stderr

@@ -196,6 +196,21 @@ def test_a_damaged_decoding_is_refused_by_evaluate_translate_and_explore(capsys,
     assert not page.exists()
 
 
+@pytest.mark.parametrize("key", ["beam", "length_penalty"])
+@settings(max_examples=4)
+@given(value=st.sampled_from(ALWAYS_WRONG + ["6", True, None]))
+def test_a_run_json_decoding_no_flag_could_give_is_one_line(capsys, trained, key, value):
+    with tempfile.TemporaryDirectory() as directory:
+        copy = Path(directory) / "run"
+        shutil.copytree(trained, copy)
+        run_json = json.loads((copy / "run.json").read_text())
+        decoding = {"beam": 6, "length_penalty": 1.0, key: value}
+        (copy / "run.json").write_text(json.dumps({**run_json, "decoding": decoding}))
+        code, out, err = run(capsys, "evaluate", "--run", str(copy))
+    assert_one_line_error(code, err, "run.json is damaged", f"decoding.{key}")
+    assert out == ""
+
+
 def test_the_widest_beam_one_command_takes_every_command_takes(capsys, trained, tmp_path):
     from models.translate.evaluation import MAX_BEAM
     from models.translate.explore import open_explorer
