@@ -45,6 +45,8 @@ class Rule:
 
 def shown(value: Any) -> str:
     """A value as an error shows it, cut short: a 400-digit number is one line."""
+    if isinstance(value, int) and value.bit_length() > 128:  # repr() refuses past 4300 digits
+        return f"a whole number of about {value.bit_length() * math.log10(2):.0f} digits"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
