@@ -38,7 +38,7 @@ def greedy_without_cache(model: Transformer, src: np.ndarray, max_len: int) -> n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first paragraph, whole
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=48, help="source length and tokens generated")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -144,9 +145,11 @@ def main() -> None:
     tx.gradcheck(loss_of, [x, w_q, w_k, w_v, w_o, target])
     say(6, "gradcheck: every gradient matches central finite differences (float64, random upstream gradient).")
 
-    picture = render(loss, out_dir / "graph.svg")
+    with warnings.catch_warnings(record=True) as caught:  # no Graphviz: said once, in [7], not as a warning too
+        warnings.simplefilter("always")
+        picture = render(loss, out_dir / "graph.svg")
     say(7, f"Graph picture written to {picture}." if picture.suffix == ".svg" else
-        f"Graph written as DOT text to {picture}: install Graphviz for the picture (see the warning).")
+        "; ".join(str(w.message) for w in caught) or f"Graph written as DOT text to {picture}.")
 
     say(8, "detect_anomaly: under a causal mask some weights are exactly 0 and their log is -inf; "
            "it names the op and the line that made it:")

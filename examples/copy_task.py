@@ -20,10 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import tinygrad_tx as tx  # noqa: E402
 import tinygrad_tx.functional as F  # noqa: E402
 from models import Transformer, beam_search, greedy_decode  # noqa: E402
+from models.translate.inputs import whole  # noqa: E402
 from tinygrad_tx import optim, schedules  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB, LENGTH = 16, 8  # symbols are 3 .. 15
+STEPS = whole(51, 1_000_000)  # past the 50 warm-up steps
 
 
 def make_batch(rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,15 +69,25 @@ def exact_match(model: Transformer, n: int = 500, seed: int = 1, beam_size: int 
     return float((out == tgt_out).all(axis=1).mean())
 
 
+def shown(ids: np.ndarray) -> str:
+    """Symbols as their ids, up to the end id, shown as <eos> (the padding after it left out)."""
+    tokens = []
+    for i in ids.tolist():
+        tokens.append("<eos>" if i == EOS else str(i))
+        if i == EOS:
+            break
+    return " ".join(tokens)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="training steps (default 300; more than 50)")
+    parser.add_argument("--steps", type=STEPS.flag, default=300, help="training steps (default 300; more than 50)")
     start = time.perf_counter()
     model = train(parser.parse_args().steps, log_every=50)
     print(f"trained in {time.perf_counter() - start:.1f} s")
     src, _, _ = make_batch(np.random.default_rng(2), 4)
     for s, out in zip(src, greedy_decode(model, src, LENGTH + 1, BOS, EOS)):
-        print(f"source {s.tolist()}\n  -> {out.tolist()}")
+        print(f"source {shown(s)}\n  ->   {shown(out)}")
     print(f"exact match, greedy: {exact_match(model):.1%}   beam of 4: {exact_match(model, beam_size=4):.1%}")
 
 

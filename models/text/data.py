@@ -29,13 +29,20 @@ class DataError(ValueError):
 # --- vocabulary --------------------------------------------------------------
 
 class Vocab:
-    """A fixed token <-> id mapping whose first ids are the special tokens."""
+    """A fixed token <-> id mapping whose first ids are the special tokens.
+
+    Text is text: a special id comes only from the program (BOS and EOS around a sentence, PAD to
+    fill a batch, UNK for a token never seen), never from a user's characters. So `ids`, which
+    `encode` reads, holds the text's tokens alone, and a corpus's literal `<eos>` is a token of its
+    own, after the specials, not the end of its sentence (it was: a word tokenizer's `<eos>` taught
+    the model to stop there, and a source's `<pad>` was masked out)."""
 
     def __init__(self, tokens: list[str]):
-        if tuple(tokens[:len(SPECIALS)]) != SPECIALS or len(set(tokens)) != len(tokens):
-            raise ValueError(f"vocabulary must start with {SPECIALS} and have no duplicates")
+        n = len(SPECIALS)
+        if tuple(tokens[:n]) != SPECIALS or len(set(tokens[n:])) != len(tokens) - n:
+            raise ValueError(f"vocabulary must start with {SPECIALS} and have no duplicates after them")
         self.tokens = list(tokens)
-        self.ids = {token: i for i, token in enumerate(self.tokens)}
+        self.ids = {token: i for i, token in enumerate(self.tokens) if i >= n}  # the text's tokens
 
     @classmethod
     def build(cls, token_lists: Iterable[list[str]], min_freq: int = 1) -> Vocab:
@@ -45,7 +52,7 @@ class Vocab:
         same ids (a checkpoint stays usable with a rebuilt vocabulary).
         """
         counts = Counter(token for tokens in token_lists for token in tokens)
-        kept = [t for t, c in counts.items() if c >= min_freq and t not in SPECIALS]
+        kept = [t for t, c in counts.items() if c >= min_freq]  # a literal "<eos>" too: text, not a special
         kept.sort(key=lambda t: (-counts[t], t))
         return cls(list(SPECIALS) + kept)
 

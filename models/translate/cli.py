@@ -1,5 +1,5 @@
-"""The command line, `python -m models COMMAND`: its commands and an example of each are in
-`EXAMPLES` below, which `python -m models --help` shows.
+"""The command line, `python -m models COMMAND`: what each command does. Their flags, and
+examples of each, are in arguments.py, which `python -m models [COMMAND] --help` shows.
 
 Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
 print one line saying what is wrong and exit with status 2; nothing is overwritten.
@@ -23,17 +23,18 @@ import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 from tinygrad_tx.files import os_error_line
 
+from . import arguments
 from .corpus import Sources, describe, group_references, normalise, read_corpus, text_lines
 from ..text.data import EOS, DataError
-from .evaluation import (BEAM, LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score,
+from .inputs import cores
+from .evaluation import (LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score,
                          summary, translate)
 from .plots import check_picture_path, plot_attention
 from .progress import progress
 from .ranks import EveryRankError, parsed_together, together
 from .run import Run, RunError, open_run
-from .settings import TrainSettings, add_arguments, corpus_defaults, settings_for
+from .settings import TrainSettings, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
-from ..text.tokenization import KINDS
 from .budget import parse_duration, process_started
 from .launch import (ENSEMBLE_EPOCHS, INSTALL_HINT, STARTED, auto_members, auto_processes, can_launch,
                      epochs_a_model, launch)
@@ -42,18 +43,6 @@ from .sharing import translate_shared
 from .tuning import SIGNIFICANCE, keep_decoding
 
 USER_ERRORS = (DataError, RunError, InputTooLong, tx.DeviceError, ValueError, FileNotFoundError)
-
-EXAMPLES = """examples:
-  python -m models tasks                                # the built-in tasks, an example pair each
-  python -m models train --task reverse                 # train into runs/reverse
-  python -m models train --out runs/reverse --resume    # continue it where it stopped
-  python -m models evaluate --run runs/reverse          # score it on its held-out pairs
-  python -m models translate --run runs/reverse abcdef  # or lines on standard input
-  python -m models corpus pairs.tsv                     # what is in a source<TAB>target file
-  python -m models train --data pairs.tsv               # train on it
-  python -m models explore runs/reverse                 # look inside in the browser
-
-`python -m models COMMAND --help` lists a command's options."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,78 +84,8 @@ def take_device_and_threads(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m models", description="Train and use toy translation transformers.",
-                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    train = sub.add_parser("train", help="train a model on a built-in task or a TSV corpus")
-    add_arguments(train)
-    train.add_argument("--processes", type=positive, default=None, metavar="N",
-                       help="train one model data-parallel on N processes, started through mpiexec (default: one; "
-                            "a --data corpus's idle cores train the models of --members instead)")
-    train.set_defaults(run=run_train)
-
-    evaluate = sub.add_parser("evaluate", help="score a trained model on its held-out test pairs")
-    add_run_dir(evaluate)
-    add_decoding_arguments(evaluate)
-    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
-    evaluate.add_argument("--by-length", action="store_true", help="also show exact match by source length")
-    evaluate.add_argument("--data", help="score these source<TAB>target pairs instead of the held-out test split")
-    evaluate.set_defaults(run=run_evaluate)
-
-    tr = sub.add_parser("translate", help="translate sentences (arguments, or lines on standard input)")
-    add_run_dir(tr)
-    tr.add_argument("sentences", nargs="*", metavar="SENTENCE",
-                    help="sentences to translate, one output line each; none: each line of standard input")
-    add_decoding_arguments(tr)
-    tr.add_argument("--attention", metavar="OUT.png", help="draw the first sentence's cross-attention")
-    tr.set_defaults(run=run_translate)
-
-    tasks = sub.add_parser("tasks", help="list the built-in tasks with an example pair each")
-    tasks.add_argument("--probe", metavar="TASK", help="print TASK's coverage probe pairs as TSV instead")
-    tasks.set_defaults(run=run_tasks)
-
-    corpus = sub.add_parser("corpus", help="describe a source<TAB>target corpus before training on it")
-    corpus.add_argument("file", metavar="FILE", help="source<TAB>target[<TAB>ignored...] lines, as train --data reads")
-    corpus.add_argument("--src-col", type=int, default=1, metavar="N", help="the column (1-based) holding the source "
-                                                                           "(default 1)")
-    corpus.add_argument("--tgt-col", type=int, default=2, metavar="N", help="the column holding the target (default 2)")
-    corpus.add_argument("--tokenizer", choices=KINDS, default=TrainSettings.tokenizer,
-                        help=f"the tokens to count and preview (default {TrainSettings.tokenizer}, as train's)")
-    corpus.add_argument("--vocab-size", type=int, default=None, metavar="N",
-                        help="default: what train would pick for the file")
-    corpus.set_defaults(run=run_corpus)
-
-    explore = sub.add_parser("explore", help="look inside a trained run in the browser: graph, backward, "
-                                             "translation, training")
-    explore.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by train")
-    explore.add_argument("--port", type=positive, default=None, help="default: a free one")
-    explore.add_argument("--host", default="127.0.0.1",
-                         help="default 127.0.0.1 (this machine only); another address lets others in")
-    explore.add_argument("--open", action="store_true", help="open the page in the default browser")
-    explore.add_argument("--html", metavar="FILE", default=None,
-                         help="write the page as one self-contained file instead of serving it (the step, its walk "
-                              "and one translation; it opens from disk with no server)")
-    explore.set_defaults(run=run_explore)
-    for command in (train, evaluate, tr, explore):
-        command.add_argument("--device", choices=["cpu", "cuda"],
-                             help="cpu (NumPy) or cuda (CuPy); default: $TINYGRAD_TX_DEVICE, else cpu")
-        command.add_argument("--threads", type=positive, metavar="N",
-                             help="BLAS threads (default: the library's, tx.get_num_threads(), 1 unless "
-                                  "OPENBLAS_NUM_THREADS says otherwise: beside another busy process more threads "
-                                  "spin against it; benchmarks/threads.py measures it)")
-    return p
-
-
-def add_decoding_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--beam", type=int, default=None,
-                         help=f"beam size (1: greedy search; default: the run's, chosen on its validation set, "
-                              f"or {BEAM})")
-    command.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
-                         help=f"GNMT length penalty of beam search (default: the run's, or {LENGTH_PENALTY})")
-    command.add_argument("--model", type=positive, default=None, metavar="N",
-                         help="of a run of train --members, model N alone (1: the first; default: every model, "
-                              "their ensemble)")
+    return arguments.parser({"train": run_train, "evaluate": run_evaluate, "translate": run_translate,
+                             "tasks": run_tasks, "corpus": run_corpus, "explore": run_explore})
 
 
 def decoding(run: Run, args: argparse.Namespace) -> tuple[int, float]:
@@ -174,30 +93,6 @@ def decoding(run: Run, args: argparse.Namespace) -> tuple[int, float]:
     beam, penalty = run.decoding()
     return (beam if args.beam is None else args.beam,
             penalty if args.length_penalty is None else args.length_penalty)
-
-
-def add_run_dir(command: argparse.ArgumentParser) -> None:
-    """--run RUN_DIR, which --checkpoint, its old name, still sets (saying so)."""
-    either = command.add_mutually_exclusive_group(required=True)
-    either.add_argument("--run", dest="run_dir", metavar="RUN_DIR", action=OldName,
-                        help="a run directory written by train (--checkpoint, its old name, still works)")
-    either.add_argument("--checkpoint", dest="run_dir", metavar="RUN_DIR", action=OldName, help=argparse.SUPPRESS)
-
-
-class OldName(argparse.Action):
-    """Stores the option's value; its old spelling also says the new one on standard error."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if option_string == "--checkpoint":
-            print("note: --checkpoint is now called --run (it names a run directory)", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -208,8 +103,9 @@ def run_train(args: argparse.Namespace) -> None:
     if "members" not in given and not settings.resume and args.processes is None:
         settings.members, processes = choose_processes(settings)
         args.argv = [*args.argv, "--members", str(settings.members)]  # what every process it starts trains
-    else:
-        processes = train_processes(args.processes, settings)
+    else:  # --members from the command line, or from the run.json of a run resumed
+        members = "--members" if "members" in given or not settings.resume else f"{settings.out}/run.json's members"
+        processes = train_processes(args.processes, settings, members)
     if processes > 1:
         sys.exit(launch(processes, args.argv, started))
     trainer = Trainer(settings, started)
@@ -230,6 +126,7 @@ def run_train(args: argparse.Namespace) -> None:
     say(f"training on {len(data.train_pairs)} pairs ({kinds} tokens, vocabularies {len(data.src_vocab)}"
         f" and {len(data.tgt_vocab)}), {models}{sum(p.size for p in trainer.model.parameters()):,} parameters"
         f"{' each' * (settings.members > 1)}, {length}")
+    say(chosen_model_and_training(settings, trainer.schedule.warmup))
     began = time.perf_counter()
     # before a --time run has chosen its steps, the bar knows no total (--steps is only a bound)
     with progress(settings.steps if trainer.planned else None, trainer.step, enabled=trainer.main) as bar:
@@ -278,17 +175,18 @@ def ensemble_epochs(settings: TrainSettings) -> float:
     return epochs_a_model(settings.steps, settings.batch_size, pairs, parse_duration(settings.time) if settings.time else None)
 
 
-def train_processes(requested: int | None, settings: TrainSettings) -> int:
+def train_processes(requested: int | None, settings: TrainSettings, members: str = "--members") -> int:
     """How many processes `train` should start itself (launch.py): 1 when it is one of an
-    mpiexec job already; one per model of an ensemble (--members); `requested` if given, else,
-    for a corpus model on the CPU wide enough to gain, one per idle core (`launch.auto_processes`)."""
+    mpiexec job already; one per model of an ensemble (--members, or as `members` names where
+    they come from); `requested` if given, else, for a corpus model on the CPU wide enough to gain,
+    one per idle core (`launch.auto_processes`)."""
     if dist.launched_by_mpi():
         return 1
     if settings.members > 1:
         if requested is not None and requested != settings.members:
             raise ValueError(f"--processes {requested} with --members {settings.members}: each model of an ensemble "
                              f"trains on one process of its own; leave --processes out")
-        return asked_for("--members", settings.members)
+        return asked_for(members, settings.members)
     if requested is not None:
         return asked_for("--processes", requested)
     if settings.device != "cpu":
@@ -298,7 +196,12 @@ def train_processes(requested: int | None, settings: TrainSettings) -> int:
 
 
 def asked_for(option: str, processes: int) -> int:
-    """The `processes` an option asked for; refused, saying how to fix it, where mpiexec cannot start them."""
+    """The `processes` an option asked for; refused, saying how to fix it, where mpiexec cannot start them
+    or the machine has fewer cores than that (more processes would only take turns, and a run.json
+    that says 1000 must not load the machine with 1000)."""
+    if processes > cores():
+        raise ValueError(f"{option} {processes} would start {processes} processes, but this machine lets this one "
+                         f"run on {cores()} cores (os.sched_getaffinity): at most {cores()}")
     reason = can_launch() if processes > 1 else None
     if reason:
         raise ValueError(f"{option} {processes}: {reason}: {INSTALL_HINT}")
@@ -340,6 +243,20 @@ def decoding_name(beam: int, penalty: float) -> str:
     return f"beam {beam}" + ("" if penalty == LENGTH_PENALTY else f", length penalty {penalty:g}")
 
 
+def chosen_model_and_training(s: TrainSettings, warmup: int) -> str:
+    """What a task's or corpus's defaults (or the flags) chose, in one line: "width 128, 2 encoder and
+    2 decoder layers, 4 heads, feed-forward 512 (gelu_tanh), dropout 0.05 (attention 0, activation 0);
+    lr 0.004 after 400 warm-up steps, cosine decay, weight decay 0.3, batches of 96, label smoothing 0.1"
+    (`warmup`: the schedule's, at most a quarter of the steps)."""
+    apart = ", ".join(f"{name} {p:g}" for name, p in (("attention", s.attention_dropout),
+                                                       ("activation", s.activation_dropout)) if p is not None)
+    dropout = f"dropout {s.dropout:g}" + (f" ({apart})" if apart else "")
+    return (f"width {s.d_model}, {s.num_encoder_layers} encoder and {s.num_decoder_layers} decoder layers, "
+            f"{s.num_heads} heads, feed-forward {s.d_ff} ({s.activation}{', pre-LN' * s.norm_first}), {dropout}; "
+            f"lr {s.lr:g} after {warmup} warm-up steps, {s.schedule} decay, weight decay {s.weight_decay:g}, "
+            f"batches of {s.batch_size}, label smoothing {s.label_smoothing:g}")
+
+
 def where_and_how(trainer: Trainer) -> str:
     """`new run runs/x: device cpu, 1 BLAS thread, 1 process`: what a user would otherwise have to guess."""
     s, n = trainer.s, dist.world_size()
@@ -358,15 +275,9 @@ def epochs(n: float) -> str:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
-    check_beam(args.beam)
     run = open_run(args.run_dir, args.device, model=args.model)
     sources = group_references(read_corpus(args.data).pairs) if args.data else None
     report(run, decoding(run, args), args.json, args.by_length, sources)
-
-
-def check_beam(beam: int | None) -> None:
-    if beam is not None and beam < 1:
-        raise ValueError(f"--beam must be >= 1 (1 is greedy search), not {beam}")
 
 
 def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool = False,
@@ -383,8 +294,9 @@ def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool =
         return
     metrics = score(outputs, references, run.tokenizers[1])
     table = by_length(texts, outputs, references, run.tokenizers[0]) if lengths else []
-    if as_json:
-        print(json.dumps({**metrics, "by_length": table} if lengths else metrics))
+    if as_json:  # scores to 1e-4 of a percent: sacrebleu's float arithmetic gives BLEU 100.00000000000004
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
+        print(json.dumps({**shown, "by_length": [[n, s, round(e, 4)] for n, s, e in table]} if lengths else shown))
         return
     print(f"{where} ({metrics['n']} sources, {metrics['references']} references, {decoding_name(beam, penalty)}): "
           f"{summary(metrics)}")
@@ -401,7 +313,6 @@ def report(run: Run, decoding: tuple[int, float], as_json: bool, lengths: bool =
 
 
 def run_translate(args: argparse.Namespace) -> None:
-    check_beam(args.beam)
     if args.attention:
         check_picture_path(args.attention)
     run = open_run(args.run_dir, args.device, model=args.model)
@@ -455,8 +366,8 @@ def run_explore(args: argparse.Namespace) -> None:
 
 
 def run_corpus(args: argparse.Namespace) -> None:
-    corpus = read_corpus(args.file, args.src_col, args.tgt_col, allow_empty=True)
-    vocab_size = args.vocab_size or corpus_defaults(len(corpus.pairs))["vocab_size"]
+    corpus = read_corpus(args.file, args.src_col or 1, args.tgt_col or 2, allow_empty=True)
+    vocab_size = args.vocab_size if args.vocab_size is not None else corpus_defaults(len(corpus.pairs))["vocab_size"]
     print("\n".join(describe(corpus, args.tokenizer, vocab_size)))
 
 

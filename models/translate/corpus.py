@@ -185,8 +185,11 @@ def describe(corpus: Corpus, tokenizer_kind: str, vocab_size: int, long_tokens: 
     lines.append(f"distinct references per source: mean {(len(pairs) - duplicates) / len(sources):.2f}, "
                  f"max {max(refs)} "
                  f"(sources with k references, {shown})")
-    for side, texts in (("source", [s for s, _ in pairs]), ("target", [t for _, t in pairs])):
+    for side, column, texts in (("source", corpus.src_col, [s for s, _ in pairs]),
+                                ("target", corpus.tgt_col, [t for _, t in pairs])):
         texts = [t for t in texts if t]
+        if not texts:  # nothing to count, nor to learn pieces from
+            raise DataError(f"{corpus.path}: every {side} (column {column}) is empty: no text to describe or train on")
         tokenizer = Tokenizer.train(tokenizer_kind, texts, vocab_size)
         tokens = [tokenizer.encode(t) for t in texts]
         held = len(texts) // 10  # unknown rate: tokens of the last 10% unseen in the first 90%

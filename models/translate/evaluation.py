@@ -16,6 +16,7 @@ import tinygrad_tx as tx
 from tinygrad_tx.inspect import attention_maps
 
 from .corpus import normalise
+from .inputs import number, whole
 from ..text.data import BOS_ID, EOS_ID, PAD_ID, Vocab, pad
 from ..text.tokenization import Tokenizer
 from ..beam_tree import BeamTree
@@ -37,6 +38,15 @@ the validation splits of eight ten-minute runs of the 18k-pair Tatoeba list, bea
 higher on average at α 1 than at 0.6 (six of eight higher), and 0.05 on four runs of the 38k and 76k
 lists; on the eight runs' test splits, after the choice, 0.07 (docs/translate.md: "The length
 penalty, and the order of a batch")."""
+
+MAX_BEAM = 16
+BEAMS = whole(1, MAX_BEAM)
+"""The beam widths a run's decoding, --beam and the explorer accept, one range for all: the choice tries
+up to 6 (tuning.py), and a width costs its share of every step (beam 10^7 ran out of memory)."""
+MAX_LENGTH_PENALTY = 5.0
+LENGTH_PENALTIES = number(0, MAX_LENGTH_PENALTY)
+"""The length penalties accepted, likewise: α 0 is none, the choice tries up to 1.5, and α 2 already
+scored much lower (NaN scored 0%, infinity cut every output to one token)."""
 
 
 class InputTooLong(ValueError):

@@ -39,7 +39,7 @@ from tinygrad_tx.inspect.explorer.params import text, whole
 from .corpus import normalise
 from ..text.data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
 from ..transformer import Transformer
-from .evaluation import InputTooLong, encode_sources, translate
+from .evaluation import MAX_BEAM, InputTooLong, encode_sources, translate
 from .explore_files import CHECKPOINTS, Checkpoints, Damaged, RunFiles, read_run_files, stamp
 from .explore_labels import predictions, token_labels
 from .explore_tour import tour, training_mode, update_stops
@@ -51,7 +51,6 @@ from ..ensemble import Ensemble
 
 STEP_PAIRS = 4
 """The batch of the step graph: this many validation pairs (a small graph a learner can follow)."""
-MAX_BEAM = 16
 POLL_S = 0.5
 """How often the training stream looks at metrics.jsonl and the checkpoints."""
 KEEP_ALIVE_S = 10.0
@@ -61,6 +60,7 @@ def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
     """The explorer of a run directory; a missing or damaged run raises RunError before anything is served.
     A run with no checkpoint yet is served at once."""
     views = RunViews(read_run_files(Path(directory)), device)
+    views._decoding()  # a damaged decoding (a beam out of range, NaN) is refused here, as evaluate refuses it
     return Explorer(get={**step_endpoints(views.record), "/api/info": views.info, "/api/metrics": views.metrics,
                          "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour,
                          "/api/update": views.update, "/api/update_param": views.update_param,

@@ -126,7 +126,7 @@ def new_vocabs(train_pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer],
         built = Vocab.build(token_lists)
         if not every_piece:
             return built
-        return Vocab(built.tokens + sorted(set(tokenizer.pieces()) - set(built.tokens)))
+        return Vocab(built.tokens + sorted(set(tokenizer.pieces()) - set(built.ids)))
 
     if shared:
         both = vocab([src_tok.encode(s) for s, _ in train_pairs] + [tgt_tok.encode(t) for _, t in train_pairs], src_tok)

@@ -72,7 +72,7 @@ def together(check, *args):
 def parsed_together(parse: Callable[[], argparse.Namespace]) -> argparse.Namespace | None:
     """`parse()` (argparse's parse_args) on every rank of an mpiexec job, then the job's first
     collective: if a rank's command line was refused, every rank stops (the lowest such rank
-    printing argparse's reason in one line); if the ranks run different commands or devices,
+    printing the parser's one line); if the ranks run different commands or devices,
     every rank stops too. None where every rank was asked for --help (and printed it)."""
     errors = io.StringIO()
     try:
@@ -82,7 +82,7 @@ def parsed_together(parse: Callable[[], argparse.Namespace]) -> argparse.Namespa
         args = refused = None
         if e.code:  # argparse's refusal (--help exits with 0)
             said = errors.getvalue().strip().splitlines() or [f"exit status {e.code}"]
-            refused = RunError(f"{said[-1].split(': error: ')[-1]} (the command line of rank {dist.rank()})")
+            refused = RunError(f"{said[-1].removeprefix('error: ')} (the command line of rank {dist.rank()})")
     dist.init()  # joined, but no GPU taken: the device is agreed on first
     on_every_rank(refused)
     command = "--help" if args is None else args.command

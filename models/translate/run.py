@@ -47,7 +47,8 @@ from tinygrad_tx.files import append_whole, write_atomically
 from tinygrad_tx.serialization import LoadError
 
 from .corpus import Sources, group_references, read_tsv
-from .evaluation import BEAM, LENGTH_PENALTY
+from .evaluation import BEAM, BEAMS, LENGTH_PENALTIES, LENGTH_PENALTY
+from .inputs import MEMBER_COUNTS, shown
 from ..text.data import Pair, Vocab
 from ..ensemble import Ensemble
 from ..text.tokenization import KINDS, Tokenizer
@@ -75,14 +76,14 @@ def chosen_decoding(directory: Path, run: dict) -> tuple[int, float]:
     """The beam width and length penalty `train` chose on the validation set (`tuning.py`) and
     kept in run.json, or, for a run that chose none (trained before, or stopped before the end),
     the defaults."""
-    chosen = run.get("decoding", {"beam": BEAM, "length_penalty": LENGTH_PENALTY})
-    try:
-        beam, penalty = chosen["beam"], chosen["length_penalty"]
-    except (KeyError, TypeError):
-        beam = penalty = None
-    if not (isinstance(beam, int) and beam >= 1 and isinstance(penalty, (int, float))):
-        raise RunError(f"{directory / 'run.json'} is damaged: its decoding is not a beam width and a length "
-                       f"penalty: {chosen!r}")
+    chosen, path = run.get("decoding", {"beam": BEAM, "length_penalty": LENGTH_PENALTY}), directory / "run.json"
+    if not (isinstance(chosen, dict) and {"beam", "length_penalty"} <= chosen.keys()):
+        raise RunError(f"{path} is damaged: its decoding is not a beam width and a length penalty: {shown(chosen)}")
+    try:  # the ranges --beam and --length-penalty have: a damaged file is refused, never decoded with
+        beam = BEAMS.check(chosen["beam"], "decoding.beam")
+        penalty = LENGTH_PENALTIES.check(chosen["length_penalty"], "decoding.length_penalty")
+    except ValueError as e:
+        raise RunError(f"{path} is damaged: {e}") from None
     return beam, float(penalty)
 
 class RunError(RuntimeError):
@@ -409,7 +410,7 @@ def open_run(directory: str | Path, device: str = "cpu", which: str = "best", mo
 
 def members(directory: Path, run: dict) -> int:
     """How many models the run trains (its --members; 1 for a run from before ensembles)."""
-    n = run["settings"].get("members", 1)
-    if not (isinstance(n, int) and n >= 1):
-        raise RunError(f"{directory / 'run.json'} is damaged: its members is not a whole number >= 1: {n!r}")
-    return n
+    try:
+        return MEMBER_COUNTS.check(run["settings"].get("members", 1), "settings.members")
+    except ValueError as e:
+        raise RunError(f"{directory / 'run.json'} is damaged: {e}") from None

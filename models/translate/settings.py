@@ -1,139 +1,161 @@
 """What `train` accepts: one list of options, from which the command line, the checks and the
 resume rules are all made.
 
-Each option is a field of `TrainSettings`, declared with `option(...)`: its name, type, default,
-help text, the values it accepts and whether a resumed run must keep it are written there and
-nowhere else. `add_arguments` turns the list into `train`'s flags, `check_settings` tests every
-value, `FIXED_ON_RESUME` is read off it. A task (`tasks.py`) or the size of a --data corpus
-(`corpus_defaults`) chooses its own defaults for some options; `settings_for` puts it together.
+Each option is a field of `TrainSettings`, declared with `option(...)`: its name, default, help
+text, the values it accepts (its `Rule`, inputs.py), its group in `train --help` and whether a
+resumed run must keep it are written there and nowhere else. `add_arguments` turns the list into
+`train`'s flags, each read by its rule; `check_saved` holds a run.json's settings to the same
+rules; `check_settings` tests settings made in code; `FIXED_ON_RESUME` is read off it. A task
+(`tasks.py`) or the size of a --data corpus (`corpus_defaults`) chooses its own defaults for some
+options; `settings_for` puts it together.
 """
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any
 
 from ..attention import check_heads
 from ..layers import ACTIVATIONS
 from .budget import parse_duration
 from .corpus import read_corpus
+from .inputs import MEMBER_COUNTS, SWITCH, TEXT, Rule, maybe, number, one_of, shown, whole
 from .launch import ENSEMBLE_EPOCHS, MAX_MEMBERS
 from .run import RunError, read_run_json
 from .tasks import TASKS, get_task
 from ..text.tokenization import KINDS, SUBWORDS
 
 
-class Rule(NamedTuple):
-    """What values an option accepts, and how the error says so."""
-    holds: Callable[[Any], bool]
-    wanted: str
-
-
 SCHEDULES = ("cosine", "linear")
-WHOLE = Rule(lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
-NOT_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
-PROBABILITY = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
-MAYBE_PROBABILITY = Rule(lambda v: v is None or PROBABILITY.holds(v), PROBABILITY.wanted)  # None: follow another option
+DEVICES = ("cpu", "cuda")
+PROBABILITY = number(0, 1, below=True)
+MAX_TIME = 720 * 3600
+"""The longest --time: a month. More is not a budget but a typo (10^400 seconds overflowed the plan)."""
 
 
-def option(default: Any, help: str, rule: Rule | None = None, *, fixed: bool = False, corpus: bool = False,
+def is_duration(value: Any) -> bool:
+    """A --time text that `parse_duration` reads, up to MAX_TIME."""
+    try:
+        return isinstance(value, str) and parse_duration(value) <= MAX_TIME
+    except ValueError:
+        return False
+
+
+DURATION = Rule(is_duration, "a duration such as 90s, 10m or 1h30m, at most 720h")
+
+
+def option(default: Any, help: str, rule: Rule, group: str, *, fixed: bool = False, corpus: bool = False,
            choices: tuple | None = None, source: bool = False, cli: bool = True, saved: bool = True,
-           model: bool = False, metavar: str | None = None, kind: type | None = None) -> Any:
+           model: bool = False, metavar: str | None = None) -> Any:
     """A `TrainSettings` field with what the command line and the checks need to know of it.
 
-    fixed: a resumed run must keep it (its data or its model); corpus: only for --data corpora
-    (a task has its own tokenisation); source: one of the two ways to say what to train on;
-    cli: it gets a flag of its own (--device is every command's); saved: it goes into run.json;
-    model: it goes to the model's config (`TransformerConfig`) under this very name; kind: the flag's
-    type, where the default (None) does not tell it."""
-    return field(default=default, metadata=dict(help=help, rule=rule, fixed=fixed, corpus=corpus, choices=choices,
-                                                source=source, cli=cli, saved=saved, model=model, metavar=metavar,
-                                                kind=kind))
+    rule: the values it accepts, from a flag or from run.json (inputs.py); group: where `train
+    --help` lists it (GROUPS); fixed: a resumed run must keep it (its data or its model); corpus:
+    only for --data corpora (a task has its own tokenisation); source: one of the two ways to say
+    what to train on; cli: it gets a flag of its own (--device is every command's); saved: it goes
+    into run.json; model: it goes to the model's config (`TransformerConfig`) under this very name."""
+    return field(default=default, metadata=dict(help=help, rule=rule, group=group, fixed=fixed, corpus=corpus,
+                                                choices=choices, source=source, cli=cli, saved=saved, model=model,
+                                                metavar=metavar))
+
+
+GROUPS = {"data": "what to train on", "model": "the model", "training": "how it trains",
+          "output": "what it writes"}
+"""`train --help`'s groups of flags, in order (the machine's flags follow: cli.py)."""
 
 
 @dataclass
 class TrainSettings:
-    """Everything `train` accepts; the command line fills it, a task's or corpus's defaults fill the gaps."""
+    """Everything `train` accepts; the command line fills it, a task's or corpus's defaults fill the gaps.
+    The bounds are loose, to refuse what cannot be meant (a typo, a damaged run.json), not to advise."""
 
-    task: str | None = option(None, f"one of: {', '.join(TASKS)}", fixed=True, source=True, metavar="NAME")
+    task: str | None = option(None, f"one of: {', '.join(TASKS)}", maybe(TEXT), "data", fixed=True, source=True,
+                              metavar="NAME")
     data: str | None = option(None, "a file of source<TAB>target[<TAB>ignored...] lines (Tatoeba/Anki format too)",
-                              fixed=True, source=True, metavar="FILE")
-    src_col: int = option(1, "the --data column (1-based) holding the source", WHOLE, fixed=True, corpus=True)
-    tgt_col: int = option(2, "the --data column (1-based) holding the target", WHOLE, fixed=True, corpus=True)
-    tokenizer: str = option("bpe", "tokens of a --data corpus", Rule(lambda v: v in KINDS, f"one of {KINDS}"),
-                            fixed=True, corpus=True, choices=KINDS)
-    vocab_size: int = option(4000, "subword pieces per side, fewer when the corpus is small", WHOLE,
-                             fixed=True, corpus=True)
+                              maybe(TEXT), "data", fixed=True, source=True, metavar="FILE")
+    src_col: int = option(1, "the --data column (1-based) holding the source", whole(1, 100), "data", fixed=True,
+                          corpus=True)
+    tgt_col: int = option(2, "the --data column (1-based) holding the target", whole(1, 100), "data", fixed=True,
+                          corpus=True)
+    tokenizer: str = option("bpe", "tokens of a --data corpus", one_of(KINDS), "data", fixed=True, corpus=True,
+                            choices=KINDS)
+    vocab_size: int = option(4000, "subword pieces per side, fewer when the corpus is small", whole(1, 100_000),
+                             "data", fixed=True, corpus=True)
     shared_vocab: bool = option(False, "one tokenizer and vocabulary for both sides, output tied to the embeddings",
-                                fixed=True, corpus=True)
-    tie_output: bool = option(False, "the output layer reads the target embedding (as --shared-vocab does): "
-                                     "fewer parameters", fixed=True)
+                                SWITCH, "data", fixed=True, corpus=True)
     subword_sampling: float = option(0.0, "cut the training pairs into subwords anew each epoch: BPE-dropout's "
                                           "merge-skipping probability for bpe, the sampling alpha for unigram; 0: off",
-                                     PROBABILITY, fixed=True, corpus=True, metavar="ALPHA")
-    members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
-                             "the same data), and translate with their ensemble: the mean of their probabilities; "
-                             f"a --data corpus's default: one per idle core, at most {MAX_MEMBERS}, where each model "
-                             f"would make at least {ENSEMBLE_EPOCHS} epochs (else one model, on the idle cores together)",
-                          WHOLE, fixed=True, metavar="N")
-    out: str | None = option(None, "the run directory (default runs/<task or corpus file name>)", metavar="DIR")
-    steps: int = option(3000, "optimizer steps (with --time: at most)", WHOLE)
-    time: str | None = option(None, "train for at most this long (90s, 10m, 1h30m: the whole command, report "
-                                    "included): the run times its steps and makes as many as fit, up to --steps",
-                              metavar="DURATION")
-    batch_size: int = option(64, "pairs a step, over all processes together", WHOLE)
-    d_model: int = option(64, "model width", WHOLE, fixed=True, model=True)
-    num_heads: int = option(4, "attention heads (must divide --d-model)", WHOLE, fixed=True, model=True)
-    num_encoder_layers: int = option(2, "encoder layers", WHOLE, fixed=True, model=True)
-    num_decoder_layers: int = option(2, "decoder layers", WHOLE, fixed=True, model=True)
-    d_ff: int = option(256, "width of the feed-forward layers", WHOLE, fixed=True, model=True)
+                                     PROBABILITY, "data", fixed=True, corpus=True, metavar="ALPHA")
+    n_train: int = option(20000, "training pairs a task draws", whole(1, 1_000_000), "data", fixed=True)
+    n_held_out: int = option(500, "validation pairs a task draws, and as many test pairs", whole(1, 100_000),
+                             "data", fixed=True)
+    max_len: int = option(200, "longest sentence, in tokens, to train on: longer pairs are left out",
+                          whole(1, 10_000), "data", fixed=True)
+    d_model: int = option(64, "model width", whole(1, 8192), "model", fixed=True, model=True)
+    num_heads: int = option(4, "attention heads (must divide --d-model)", whole(1, 256), "model", fixed=True,
+                            model=True)
+    num_encoder_layers: int = option(2, "encoder layers", whole(1, 64), "model", fixed=True, model=True)
+    num_decoder_layers: int = option(2, "decoder layers", whole(1, 64), "model", fixed=True, model=True)
+    d_ff: int = option(256, "width of the feed-forward layers", whole(1, 32_768), "model", fixed=True, model=True)
     activation: str = option("relu", "the feed-forward layers' activation: relu, gelu (exact, by erf) or gelu_tanh "
-                                     "(its tanh approximation, cheaper on a CPU)",
-                             Rule(lambda v: v in ACTIVATIONS, f"one of {tuple(ACTIVATIONS)}"), fixed=True,
-                             choices=tuple(ACTIVATIONS), model=True)
+                                     "(its tanh approximation, cheaper on a CPU)", one_of(tuple(ACTIVATIONS)),
+                             "model", fixed=True, choices=tuple(ACTIVATIONS), model=True)
     norm_first: bool = option(False, "pre-LN: each sublayer reads a normalised copy of the residual stream, "
                                      "x + f(norm(x)), instead of the paper's norm(x + f(x)) (post-LN)",
-                              fixed=True, model=True)
+                              SWITCH, "model", fixed=True, model=True)
+    tie_output: bool = option(False, "the output layer reads the target embedding (as --shared-vocab does): "
+                                     "fewer parameters", SWITCH, "model", fixed=True)
     dropout: float = option(0.1, "dropout probability on the embeddings and on each sublayer's output (and, "
                                  "unless told apart, on the attention weights and feed-forward activations)",
-                            PROBABILITY, model=True)
+                            PROBABILITY, "model", model=True, metavar="P")
     attention_dropout: float | None = option(None, "dropout on the attention weights "
                                                    "(default: --dropout; 0 for a --data corpus)",
-                                             MAYBE_PROBABILITY, model=True, kind=float, metavar="P")
+                                             maybe(PROBABILITY), "model", model=True, metavar="P")
     activation_dropout: float | None = option(None, "dropout on the feed-forward layers' hidden activations "
                                                     "(default: --dropout; 0 for a --data corpus)",
-                                              MAYBE_PROBABILITY, model=True, kind=float, metavar="P")
-    lr: float = option(2e-3, "peak learning rate (warm-up, then --schedule's decay)",
-                       Rule(lambda v: math.isfinite(v) and v > 0, "> 0"))
+                                              maybe(PROBABILITY), "model", model=True, metavar="P")
+    members: int = option(1, "train N models side by side, one process each (other initial weights and dropout, "
+                             "the same data), and translate with their ensemble: the mean of their probabilities "
+                             f"(default: 1 for a task; for a --data corpus one per idle core, at most {MAX_MEMBERS}, "
+                             f"where each model would make at least {ENSEMBLE_EPOCHS} epochs, else one model on the "
+                             "idle cores together)",
+                          MEMBER_COUNTS, "training", fixed=True, metavar="N")
+    steps: int = option(3000, "optimizer steps (with --time: at most)", whole(1, 10_000_000), "training")
+    time: str | None = option(None, "train for at most this long (90s, 10m, 1h30m: the whole command, report "
+                                    "included): the run times its steps and makes as many as fit, up to --steps "
+                                    "(default: none for a task; 10m for a --data corpus)",
+                              maybe(DURATION), "training", metavar="DURATION")
+    batch_size: int = option(64, "pairs a step, over all processes together", whole(1, 16_384), "training")
+    lr: float = option(2e-3, "peak learning rate (warm-up, then --schedule's decay)", number(0, 1, above=True),
+                       "training", metavar="X")
     schedule: str = option("cosine", "the learning rate's decay after the warm-up: cosine, to 5%% of --lr, or "
-                                     "linear, to 0", Rule(lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
-                           choices=SCHEDULES)
-    warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", NOT_NEGATIVE)
-    label_smoothing: float = option(0.1, "label smoothing of the loss", Rule(lambda v: 0 <= v <= 1, "in [0, 1]"))
+                                     "linear, to 0", one_of(SCHEDULES), "training", choices=SCHEDULES)
+    warmup: int = option(200, "warm-up steps (at most a quarter of --steps)", whole(0, 10_000_000), "training")
+    label_smoothing: float = option(0.1, "label smoothing of the loss", number(0, 1), "training", metavar="X")
     weight_decay: float = option(0.0, "decoupled weight decay (AdamW): each step shrinks every weight matrix "
                                       "and embedding (not biases or LayerNorm) by the learning rate times this; "
-                                      "0: plain Adam",
-                                 Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"), fixed=True, metavar="X")
+                                      "0: plain Adam", number(0, 100), "training", fixed=True, metavar="X")
     rdrop: float = option(0.0, "R-Drop: each pair twice a step, this weight on the two predictions' KL divergence",
-                          Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"))
+                          number(0, 1000), "training", metavar="X")
     clip_norm: float = option(1.0, "each step scales the gradients down to a global L2 norm of at most this "
-                                   "(0: never)", Rule(lambda v: math.isfinite(v) and v >= 0, ">= 0"), metavar="X")
-    seed: int = option(0, "seeds the split, the weights, the batch order and dropout", NOT_NEGATIVE, fixed=True)
-    n_train: int = option(20000, "training pairs a task draws", WHOLE, fixed=True)
-    n_held_out: int = option(500, "validation pairs a task draws, and as many test pairs", WHOLE, fixed=True)
-    max_len: int = option(200, "longest sentence, in tokens, to train on: longer pairs are left out", WHOLE,
-                          fixed=True)
-    eval_every: int = option(500, "validate and write last.npz every N steps", WHOLE)
-    average: int = option(1, "the final model may be the mean of the weights at the last N validations", WHOLE)
-    log_every: int = option(10, "log the loss every N steps", WHOLE)
-    snapshots: bool = option(False, "also keep the weights of each validation, snapshots/step_N.npz (4 bytes a "
-                                    "parameter each), for the explorer's attention across checkpoints")
-    device: str = option("cpu", "cpu or cuda", cli=False)
-    jit: bool = option(True, "run every training step eagerly instead of replaying it with tx.jit")
+                                   "(0: never)", number(0, 1e6), "training", metavar="X")
+    seed: int = option(0, "seeds the split, the weights, the batch order and dropout", whole(0, 2**32 - 1),
+                       "training", fixed=True)
+    average: int = option(1, "the final model may be the mean of the weights at the last N validations",
+                          whole(1, 1000), "training")
+    jit: bool = option(True, "run every training step eagerly instead of replaying it with tx.jit", SWITCH,
+                       "training")
     resume: bool = option(False, "continue the run in --out from its last checkpoint, with the settings it was "
-                                 "trained with (--task or --data not needed)", saved=False)
+                                 "trained with (--task or --data not needed)", SWITCH, "training", saved=False)
+    out: str | None = option(None, "the run directory (default: runs/<task or corpus file name>)", maybe(TEXT),
+                             "output", metavar="DIR")
+    eval_every: int = option(500, "validate and write last.npz every N steps", whole(1, 10_000_000), "output")
+    log_every: int = option(10, "log the loss every N steps", whole(1, 10_000_000), "output")
+    snapshots: bool = option(False, "also keep the weights of each validation, snapshots/step_N.npz (4 bytes a "
+                                    "parameter each), for the explorer's attention across checkpoints", SWITCH,
+                             "output")
+    device: str = option("cpu", "cpu or cuda", one_of(DEVICES), "output", cli=False)
 
     def saved(self) -> dict:
         """The settings run.json keeps."""
@@ -200,32 +222,56 @@ def corpus_defaults(n_pairs: int) -> dict:
                 weight_decay=0.3, tie_output=n_pairs < TIE_BELOW, eval_every=500)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`train`'s flags, one for each option; a flag left out is None, so that a task's or corpus's
-    default (or, with --resume, the run's saved setting) takes its place."""
-    # (and --members, which for a corpus the idle cores choose: launch.py)
-    tuned = set(corpus_defaults(1)).union(*(task.defaults for task in TASKS.values())) | {"members"}
-    parser.epilog = "* a task, or the size of a --data corpus, chooses its own default for these."
-    source = parser.add_mutually_exclusive_group()  # neither with --resume: the run directory knows
+def add_arguments(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """`train`'s flags, one for each option, in GROUPS (returned, by name); a flag left out is None,
+    so that a task's or corpus's default (or, with --resume, the run's saved setting) takes its place.
+    Each flag's text is read by its rule (inputs.py): a bad value is refused as it is parsed."""
+    groups = {name: parser.add_argument_group(f"{name}: {about}") for name, about in GROUPS.items()}
+    source = groups["data"].add_mutually_exclusive_group()  # neither with --resume: the run directory knows
     for f in fields(TrainSettings):
         meta = f.metadata
         if not meta["cli"]:
             continue
-        where = source if meta["source"] else parser
-        if isinstance(f.default, bool) and f.name in tuned:  # on for some runs: --tie-output and --no-tie-output
+        where = source if meta["source"] else groups[meta["group"]]
+        if isinstance(f.default, bool) and chosen_default(f.name):  # on for some runs: --tie-output, --no-tie-output
             where.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{meta['help']} (default {f.default}*)")
+                               help=f"{meta['help']} (default {default_text(f.name)})")
             continue
         if isinstance(f.default, bool):  # a switch: --shared-vocab turns on, --no-jit turns off
             name = flag(f.name) if not f.default else flag("no_" + f.name)
             where.add_argument(name, dest=f.name, action="store_false" if f.default else "store_true",
                                default=None, help=meta["help"])
             continue
-        shown = "" if f.default is None else f" (default {f.default}{'*' if f.name in tuned else ''})"
-        kind = meta["kind"] or (str if f.default is None else type(f.default))
-        metavar = meta["metavar"] or {int: "N", float: "X"}.get(kind)
-        where.add_argument(flag(f.name), type=kind, default=None, choices=meta["choices"], metavar=metavar,
-                           help=meta["help"] + shown)
+        said = "(default" in meta["help"] or (f.default is None and not chosen_default(f.name))
+        shown = "" if said else f" (default {default_text(f.name)})"
+        metavar = meta["metavar"] or ("N" if isinstance(f.default, int) else None)
+        where.add_argument(flag(f.name), type=meta["rule"].flag, default=None, choices=meta["choices"],
+                           metavar=metavar, help=meta["help"] + shown)
+    return groups
+
+
+def chosen_default(name: str) -> bool:
+    """Whether a task or a --data corpus chooses this setting's default."""
+    return name in corpus_defaults(1) or any(name in t.defaults for t in TASKS.values())
+
+
+def default_text(name: str) -> str:
+    """A default as `train --help` shows it where it stands: "3000", or, where a task or the corpus
+    chooses it, each choice: "copy 2000, reverse 2500, sort 3000, numbers/dates/grammar 4000; a --data
+    corpus: 1000 to 625000, by its size"."""
+    default = DEFAULTS[name]
+    by_value: dict[Any, list[str]] = {}
+    for task_name, task in TASKS.items():
+        by_value.setdefault(task.defaults.get(name, default), []).append(task_name)
+    tasks = (f"{next(iter(by_value))}" if len(by_value) == 1
+             else ", ".join(f"{'/'.join(names)} {value}" for value, names in by_value.items()))
+    sizes = {corpus_defaults(n).get(name, default) for n in (100, 1000, 3000, 10_000, 30_000, 1_000_000)}
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sizes)
+    corpus = (f"{sizes.pop()}" if len(sizes) == 1 else
+              f"{min(sizes)} to {max(sizes)}, by its size" if numbers else "by its size")
+    if next(f for f in fields(TrainSettings) if f.name == name).metadata["corpus"]:
+        return f"{default}; a --data corpus: {corpus}" if corpus != f"{default}" else f"{default}"
+    return tasks if corpus == tasks else f"{tasks}; a --data corpus: {corpus}"
 
 
 def settings_for(given: dict) -> TrainSettings:
@@ -252,10 +298,7 @@ def settings_for(given: dict) -> TrainSettings:
     if given.get("out") is None and given.get("task") is None and given.get("data") is None:
         raise ValueError("--resume needs --out DIR, the run directory to continue")
     directory = run_directory(TrainSettings(**given))
-    saved = renamed(read_run_json(directory)["settings"])
-    unknown = set(saved) - {f.name for f in fields(TrainSettings)}
-    if unknown:
-        raise RunError(f"{directory / 'run.json'} is damaged: unknown settings {sorted(unknown)}")
+    saved = check_saved(renamed(read_run_json(directory)["settings"]), directory / "run.json")
     for key in FIXED_ON_RESUME:
         was = saved.get(key, DEFAULTS[key])  # a setting added since that run: it trained with the default
         if key in given and given[key] != was:
@@ -282,19 +325,33 @@ def renamed(saved: dict) -> dict:
     return saved
 
 
+def check_saved(saved: Any, path: Path) -> dict:
+    """The settings a run's run.json holds, each checked by its option's rule as strictly as its
+    flag is: a damaged or edited file is one line naming it and the setting, before anything runs."""
+    if not isinstance(saved, dict):
+        raise RunError(f"{path} is damaged: its settings are not an object: {shown(saved)}")
+    options = {f.name: f for f in fields(TrainSettings)}
+    unknown = set(saved) - set(options)
+    if unknown:
+        raise RunError(f"{path} is damaged: unknown settings {sorted(unknown)}")
+    for name, value in saved.items():
+        try:
+            options[name].metadata["rule"].check(value, f"settings.{name}")
+        except ValueError as e:
+            raise RunError(f"{path} is damaged: {e}") from None
+    return saved
+
+
 def check_settings(s: TrainSettings) -> None:
-    """Every setting in range, so that a bad one is one clear line before anything is written."""
+    """Every setting in range, so that a bad one is one clear line before anything is written (the
+    command line's flags were checked as they were parsed; this is for the settings made in code)."""
     if (s.task is None) == (s.data is None):
         raise ValueError("train needs one of --task NAME or --data pairs.tsv (or --out DIR --resume to continue a run)")
     for f in fields(s):
-        rule, value = f.metadata["rule"], getattr(s, f.name)
-        if rule is not None and not rule.holds(value):
-            raise ValueError(f"{flag(f.name)} must be {rule.wanted}, not {value!r}")
+        f.metadata["rule"].check(getattr(s, f.name), flag(f.name))
     if s.subword_sampling and s.tokenizer not in SUBWORDS:
         raise ValueError(f"--subword-sampling needs --tokenizer bpe or unigram: a {s.tokenizer} tokenizer has one "
                          "cut only")
-    if s.time is not None:
-        parse_duration(s.time)
     check_heads(s.d_model, s.num_heads)
     if s.out is not None and Path(s.out).exists() and not Path(s.out).is_dir():
         raise ValueError(f"--out {s.out} is a file, not a directory")

@@ -127,21 +127,27 @@ def chance(outputs: Sequence[str], against: Sequence[str], references: Sequence[
     """The p-value of paired bootstrap resampling (Koehn 2004): how often RESAMPLES samples of the
     sources (drawn with replacement, the same for both) show a difference in `metric` between
     `outputs` and `against` as far from its mean as the one measured. BLEU's is sacrebleu's test
-    (with `score`'s tokenisation); exact match's is that test on the sentences' 0/1 matches."""
+    (with `score`'s tokenisation); exact match's is that test on the sentences' 0/1 matches.
+
+    A difference of zero has p = 1: whatever the resamples show, a difference at least as large as
+    none is certain. The test's count (resamples whose difference exceeds the measured one, strictly)
+    gave 1/1001 instead where the two tries' results were the same in every resample (the same
+    exact matches from different outputs), calling identical results certainly different."""
     import sacrebleu
     from sacrebleu.significance import PairedTest
 
-    if list(outputs) == list(against):
-        return 1.0  # the very same outputs: no difference at all (the test would call a zero one certain)
     if metric == "bleu":
         # seeded by $SACREBLEU_SEED, else 12345: the same choice every time
         _, scores = PairedTest([("against", list(against)), ("outputs", list(outputs))],
                                {"BLEU": sacrebleu.BLEU(tokenize=bleu_tokenisation(tokenizer))},
                                reference_streams(references), test_type="bs", n_samples=RESAMPLES)()
-        return float(scores["BLEU"][1].p_value)  # its table's column: the metric by sacrebleu's name
+        first, second = scores["BLEU"]  # its table: each system's score, the second's p against the first
+        return 1.0 if first.score == second.score else float(second.p_value)
     hits = np.array([[o in refs, a in refs] for o, a, refs in zip(outputs, against, references)],
                     dtype=float)  # (n, 2)
+    measured = abs(hits[:, 0].mean() - hits[:, 1].mean())
+    if measured == 0:
+        return 1.0
     rows = np.random.default_rng(12345).integers(0, len(hits), size=(RESAMPLES, len(hits)))
     sampled = np.abs(hits[rows, 0].mean(axis=1) - hits[rows, 1].mean(axis=1))  # (RESAMPLES,)
-    measured = abs(hits[:, 0].mean() - hits[:, 1].mean())
     return (np.sum(sampled - sampled.mean() > measured) + 1) / (RESAMPLES + 1)  # as sacrebleu counts

@@ -43,7 +43,7 @@ def test_set_and_get_reach_numpys_blas():
         tx.set_num_threads(before)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None, 2**31, 2**64, (os.cpu_count() or 1) + 1024])
 def test_a_bad_number_of_threads_is_refused(bad):
     with pytest.raises(ValueError, match="whole number >= 1"):
         tx.set_num_threads(bad)

@@ -15,3 +15,16 @@ def test_walkthrough_runs_and_writes_its_pictures(tmp_path):
     assert "adds up to each leaf's .grad: True" in result.stdout
     assert "Log produced Inf in forward" in result.stdout
     assert (tmp_path / "graph.dot").exists() and (tmp_path / "attention.png").exists()
+
+
+def test_without_graphviz_the_walkthrough_says_so_in_one_line_once(tmp_path):
+    """Issue 60, item 8: a missing Graphviz printed a raw UserWarning echoing a source line, and [7]
+    said it again."""
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "autograd_walkthrough.py"), "--out",
+                             str(tmp_path)], capture_output=True, text=True, timeout=120,
+                            env={"PATH": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"})  # no `dot` on this PATH
+    assert result.returncode == 0, result.stderr
+    said = (result.stdout + result.stderr).splitlines()
+    assert "Warning" not in result.stderr and not any("render(" in line for line in said), result.stderr
+    graphviz = [line for line in said if "Graphviz" in line]
+    assert len(graphviz) == 1 and graphviz[0].startswith("[7]") and "apt-get install graphviz" in graphviz[0]

@@ -52,6 +52,35 @@ def test_vocab_rejects_missing_specials():
         Vocab(["a", "b"])
 
 
+@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+def test_a_special_tokens_text_is_text_for_every_tokenizer(kind):
+    """Issue 58, item 4: with the word tokenizer, a corpus's literal `<eos>` became the end id (the
+    model learned to stop there), a source's `<pad>` was masked out, and `<pad> <pad> <pad>`
+    translated as `<unk>`. A special id comes only from the program: no text, whatever its
+    characters, encodes to one, and every text comes back as it went in."""
+    texts = ["dog house <eos> maison", "<pad> <pad> <pad>", "a<bos>b <unk>", "chien <eos>", "le chat"] * 20
+    tokenizer = Tokenizer.train(kind, texts, vocab_size=60)
+    vocab = Vocab.build([tokenizer.encode(t) for t in texts])
+    for text in texts[:5]:
+        ids = vocab.encode(tokenizer.encode(text))
+        assert not set(ids) & {PAD_ID, BOS_ID, EOS_ID, UNK_ID}, (text, ids)
+        assert tokenizer.decode(vocab.decode(ids)) == text
+    assert len(set(vocab.tokens[len(SPECIALS):])) == len(vocab) - len(SPECIALS)
+    # never seen in training: the program's UNK, not whatever special the characters spell
+    unseen = Vocab.build([["le", "chat"]])
+    assert unseen.encode(["<eos>", "<pad>", "<bos>", "le"]) == [UNK_ID, UNK_ID, UNK_ID, unseen.ids["le"]]
+
+
+def test_a_target_holding_a_literal_eos_ends_only_where_the_program_ends_it():
+    pairs = [("dog house", "chien <eos> maison"), ("cat", "chat")]
+    src_vocab = Vocab.build([s.split() for s, _ in pairs])
+    tgt_vocab = Vocab.build([t.split() for _, t in pairs])
+    src_ids, tgt_ids = data.encode_pairs(pairs, src_vocab, tgt_vocab, (Tokenizer("word"), Tokenizer("word")))
+    src, tgt_in, tgt_out = next(data.Batcher(src_ids[:1], tgt_ids[:1], batch_size=1, shuffle=False).batches())
+    assert tgt_out[0].tolist() == [tgt_vocab.ids["chien"], tgt_vocab.ids["<eos>"], tgt_vocab.ids["maison"], EOS_ID]
+    assert tgt_vocab.ids["<eos>"] >= len(SPECIALS) and tgt_vocab.decode(tgt_out[0]) == ["chien", "<eos>", "maison"]
+
+
 # --- encoding ------------------------------------------------------------------
 
 def test_encode_pairs():

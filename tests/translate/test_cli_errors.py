@@ -69,7 +69,7 @@ def copy_of(trained, tmp_path):
 # -- [8] every argument is checked up front; [2] nothing is written before -------------------
 
 @pytest.mark.parametrize("extra, words", [
-    (["--num-heads", "0"], ["--num-heads", ">= 1"]),
+    (["--num-heads", "0"], ["--num-heads", "from 1"]),
     (["--d-ff", "0"], ["--d-ff"]),
     (["--d-model", "0"], ["--d-model"]),
     (["--eval-every", "0"], ["--eval-every"]),
@@ -80,7 +80,7 @@ def copy_of(trained, tmp_path):
     (["--lr", "nan"], ["--lr", "nan"]),
     (["--dropout", "1.0"], ["--dropout", "[0, 1)"]),
     (["--label-smoothing", "2"], ["--label-smoothing"]),
-    (["--clip-norm", "-1"], ["--clip-norm", ">= 0"]),
+    (["--clip-norm", "-1"], ["--clip-norm", "[0, "]),
     (["--d-model", "10", "--num-heads", "4"], ["divisible"]),
     (["--tokenizer", "char"], ["--tokenizer", "its own tokenisation"]),
     (["--vocab-size", "100"], ["--vocab-size", "its own tokenisation"]),

@@ -179,3 +179,58 @@ def test_a_corpus_of_short_sentences_keeps_its_best_model_by_chrf(capsys, tmp_pa
             if "valid_chrf" in r]
     assert len(chrf) == 6 and max(chrf) > chrf[0]
     assert float(tx.load(out / "last.npz")["best"]) == pytest.approx(max(chrf))
+
+
+# -- issue 60: what train chose (item 7), help that shows how (item 5), scores as people write them (8)
+
+def test_train_says_in_one_line_what_the_task_or_the_corpus_chose(capsys, tmp_path):
+    """The width, layers, heads, dropout, learning rate and weight decay a task or a corpus chose
+    were nowhere in train's output. The values expected are tasks.py's and corpus_defaults' own."""
+    from models.translate.settings import corpus_defaults
+    from models.translate.tasks import TASKS
+
+    from .test_corpus_cli import write_anki
+
+    tiny = ["--steps", "4", "--eval-every", "2", "--n-train", "60", "--num-encoder-layers", "1"]
+    code, stdout, err = run(capsys, "train", "--task", "numbers", "--out", str(tmp_path / "task"), *tiny)
+    assert code == 0, err
+    task = TASKS["numbers"].defaults
+    assert (f"width {task['d_model']}, 1 encoder and {task['num_decoder_layers']} decoder layers, 4 heads, "
+            f"feed-forward {task['d_ff']} (relu), dropout 0.1; lr 0.002 after 1 warm-up steps") in stdout
+    data = write_anki(tmp_path / "fra.txt", n_sources=40)
+    code, stdout, err = run(capsys, "train", "--data", str(data), "--out", str(tmp_path / "corpus"), *tiny)
+    assert code == 0, err
+    chosen = corpus_defaults(80)
+    assert (f"width {chosen['d_model']}, 1 encoder and 2 decoder layers, {chosen['num_heads']} heads, feed-forward "
+            f"{chosen['d_ff']} (gelu_tanh), dropout {chosen['dropout']:g} (attention 0, activation 0); "
+            f"lr {chosen['lr']:g} after 1 warm-up steps, cosine decay, weight decay {chosen['weight_decay']:g}, "
+            f"batches of {chosen['batch_size']}") in stdout
+
+
+def test_every_commands_help_has_examples_and_groups_and_says_defaults_where_they_stand():
+    from models.translate.tasks import TASKS
+
+    commands = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, command in commands.items():
+        text = command.format_help()
+        examples = text.split("examples:")[-1]
+        assert "examples:" in text and examples.count(f"python -m models {name}") >= 2, name
+    train = commands["train"].format_help()
+    for group in ("data:", "model:", "training:", "output:", "machine:"):
+        assert f"\n{group}" in train, group
+    assert "*" not in train  # a default is said where it stands, not by a footnote
+    steps = " ".join(train.split("\n  --steps N")[1].split("\n  --time")[0].split())
+    for task in TASKS.values():  # each task's own number of steps, as tasks.py gives it
+        assert f"{task.defaults.get('steps', 3000)}" in steps, (task.name, steps)
+    assert "OMP_NUM_THREADS" in train and "OPENBLAS_NUM_THREADS" in train
+
+
+def test_evaluate_json_rounds_its_scores(capsys, tmp_path):
+    """`evaluate --json` printed "bleu": 100.00000000000004."""
+    out = tmp_path / "run"
+    assert run(capsys, "train", "--task", "copy", "--out", str(out), *TINY)[0] == 0
+    code, stdout, err = run(capsys, "evaluate", "--run", str(out), "--json", "--by-length")
+    assert code == 0, err
+    result = json.loads(stdout)
+    numbers = [v for v in result.values() if isinstance(v, float)] + [row[2] for row in result["by_length"]]
+    assert numbers and all(v == round(v, 4) for v in numbers), numbers

@@ -110,7 +110,7 @@ def test_a_run_missing_a_model_of_its_ensemble_is_one_clear_error(tmp_path):
         open_run(out)
     run["settings"]["members"] = 0
     (out / "run.json").write_text(json.dumps(run))
-    with pytest.raises(RunError, match="members is not a whole number >= 1: 0"):
+    with pytest.raises(RunError, match="settings.members must be a whole number from 1 to 64, not 0"):
         open_run(out)
     assert done.returncode == 0
 

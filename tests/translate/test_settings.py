@@ -202,5 +202,5 @@ def test_attention_and_activation_dropout_follow_dropout_unless_given(tmp_path):
     corpus = write_anki(tmp_path / "fra.txt")  # a corpus spares them (fairseq's defaults), a task does not
     assert (settings_for({"data": str(corpus)}).attention_dropout, settings_for({"task": "copy"}).attention_dropout) \
         == (0.0, None)
-    with pytest.raises(ValueError, match="--activation-dropout must be in \\[0, 1\\), not 1.0"):
+    with pytest.raises(ValueError, match="--activation-dropout must be a number in \\[0, 1\\), not 1.0"):
         settings_for({"task": "copy", "activation_dropout": 1.0})

@@ -11,7 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from models.text.tokenization import Tokenizer
 from models.translate import tuning
+from models.translate.evaluation import score
 
 
 @pytest.fixture
@@ -128,3 +130,24 @@ def test_the_chance_of_a_difference(metric):
     if metric == "exact_match":
         assert one == pytest.approx(1 - 2.5 / np.e, abs=0.03)  # 1000 resamples: about ±0.01
     assert tuning.chance(outputs_right(100), outputs_right(100), REFERENCES, metric, WORD) == 1.0
+
+
+def wrong_otherwise(n: int, how: str) -> list[str]:
+    """The first n of the 200 sources right, the rest wrong, each in its own words `how`."""
+    return [refs[0] if i < n else f"{how} {i}" for i, refs in enumerate(REFERENCES)]
+
+
+@pytest.mark.parametrize("metric", ["bleu", "exact_match"])
+def test_identical_results_have_p_1(metric):
+    """Issue 58, item 10: "beam 6 α 1.5 98.6, p 0.001" beside a 98.6 choice. Two tries with the same
+    results from different outputs differ by 0, and a difference of at least 0 is certain: p = 1,
+    by hand. Exact match: the same sentences right, the wrong ones wrong in other words (every
+    resample's difference is 0, which the test's strict count made 1/1001). BLEU: 100 right and
+    100 wrong against the other 100 right and 100 wrong, each sentence's n-gram counts the same
+    whichever it is, so the corpus BLEU is the very same number."""
+    assert tuning.chance(wrong_otherwise(150, "one wrong way"), wrong_otherwise(150, "another wrong way"),
+                         REFERENCES, metric, WORD) == 1.0
+    swapped = [refs[0] if i >= 100 else f"nothing at all here {i}" for i, refs in enumerate(REFERENCES)]
+    words = Tokenizer("word")  # 13a BLEU, as WORD's
+    assert score(swapped, REFERENCES, words)[metric] == score(outputs_right(100), REFERENCES, words)[metric]
+    assert tuning.chance(swapped, outputs_right(100), REFERENCES, metric, WORD) == 1.0

@@ -33,9 +33,12 @@ ENGINE_BLAS = ThreadpoolController().select(user_api="blas")  # the BLAS librari
 
 
 def set_num_threads(n: int) -> None:
-    """Let the engine's BLAS (NumPy's matrix products) use `n` threads (n >= 1)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_num_threads: the number of threads must be a whole number >= 1, not {n!r}")
+    """Let the engine's BLAS (NumPy's matrix products) use `n` threads, 1 to the cores this process
+    may run on (BLAS would quietly use fewer than asked beyond them, or wrap a huge `n` around)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
+        raise ValueError(f"set_num_threads: the number of threads must be a whole number >= 1 and at most {cores}, "
+                         f"the cores this process may run on, not {n!r}")
     ENGINE_BLAS.limit(limits=n)
 
 
