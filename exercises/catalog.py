@@ -38,7 +38,8 @@ class Exercise:
     @property
     def names(self) -> tuple[str, ...]:
         """What the learner's file must define for the check."""
-        return {"walk": ("backward",), "adam": ("Adam",), "all": ()}.get(self.special) or tuple(s.name for s in self.ops)
+        special = {"walk": ("backward",), "adam": ("Adam",), "all": ()}
+        return special[self.special] if self.special else tuple(s.name for s in self.ops)
 
 
 EXERCISES = (

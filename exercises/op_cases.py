@@ -6,6 +6,8 @@ probe every element.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tinygrad_tx import Tensor
@@ -180,7 +182,7 @@ def _qkv(*lead, t_q=3, t_k=4, d=3):
 
 
 def _attention(mask=None, causal=False, d=3):
-    return dict(mask=mask, causal=causal, dropout_p=0.0, scale=1 / np.sqrt(d))
+    return dict(mask=mask, causal=causal, dropout_p=0.0, scale=1 / math.sqrt(d))  # a Python float, as F passes it
 
 
 ATTENTION = OpSpec("Attention", (

@@ -49,6 +49,9 @@ GRAPHS = (
           lambda L, keep: keep(0, L[0]) * keep(1, L[0]) + keep(2, L[0]), uses=3),
     Graph("fan-out at a node: h = tanh(x); h·exp(h) + h", ((2, 3),),
           lambda L, keep: (lambda h: keep(0, h) * keep(1, h).exp() + keep(2, h))(L[0].tanh()), uses=3),
+    Graph("fan-out at a node, the other way round: h + exp(h)·h (a node marked seen before it is expanded "
+          "must still run after every node that uses it)", ((2, 3),),
+          lambda L, keep: (lambda h: keep(0, h) + keep(1, h).exp() * keep(2, h))(L[0].tanh()), uses=3),
     Graph("a diamond of matrix products: y = x @ w; (y @ y) + y", ((3, 3), (3, 3)),
           lambda L, keep: (lambda y: keep(0, y) @ keep(1, y) + keep(2, y))(L[0] @ L[1]), uses=3),
     Graph("broadcast: (x (3, 4) + b (4,)) · w: b's gradient summed back to (4,)", ((3, 4), (4,), (3, 4)),
@@ -107,9 +110,9 @@ def _check_graph(backward: Callable, graph: Graph, learner_file: Path | None) ->
             raise Problem(f"leaf {i}'s .grad is a {type(leaf.grad).__name__}: make it a Tensor (Tensor(g)), as "
                           "optimizers read .grad.data")
         known = [("a walk that overwrites where it should add: only the gradient through some of this tensor's "
-                  f"uses arrived (use {', '.join(str(u + 1) for u in used)} of {graph.uses}); add (+=) a gradient to one already "
-                  "waiting, and run a node only after every node that uses it", _engine(graph, _only(used), g)[i])
-                 for used in _proper_subsets(graph.uses)]
+                  f"uses arrived (use {', '.join(str(u + 1) for u in used)} of {graph.uses}); add (+=) a gradient to "
+                  "one already waiting, and run a node only after every node that uses it",
+                  _engine(graph, _only(used), g)[i]) for used in _proper_subsets(graph.uses)]
         if graph.calls > 1:
             known.append(("the last backward replaced .grad: a leaf's .grad adds up every backward's gradient "
                           "until it is zeroed (leaf.grad = leaf.grad + g)", expected[i] / graph.calls))

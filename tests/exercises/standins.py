@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tinygrad_tx as tx
-from exercises.catalog import EXERCISES
+from exercises.catalog import EXERCISES, find, load
 from tinygrad_tx import Tensor, optim
 from tinygrad_tx.function import Function
 
@@ -42,11 +42,38 @@ def engine_answers(number: str) -> dict:
     return {**names, "backward": walk, "Adam": optim.Adam}
 
 
-def write_engine_answers(folder: Path) -> None:
-    """Exercise files in `folder` that answer with the engine's own code (for `train --dir`)."""
+def grafted(number: str, name: str) -> type:
+    """Exercise `number`'s class `name` as its starting file has it (the forward the learner
+    trains with), its backward the engine's gradient of the engine's op of that name."""
+    exercise = find(number)
+    cls, engine = load(exercise)[name], tx.REGISTRY[name]
+
+    class Grafted(cls, register=False):
+        def forward(self, *arrays, **params):
+            self.params = params
+            return super().forward(*arrays, **params)
+
+        def backward(self, g, *arrays):
+            leaves = [Tensor(a, requires_grad=wanted) for a, wanted in zip(arrays, self.needs_grad)]
+            with tx.enable_grad():  # the walk runs backward without recording
+                out = engine.apply(*leaves, **self.params)
+            grads = iter(tx.grad(out, [t for t in leaves if t.requires_grad], grad_output=Tensor(g)))
+            return tuple(next(grads).data if t.requires_grad else None for t in leaves)
+
+    Grafted.__name__ = Grafted.__qualname__ = name
+    return Grafted
+
+
+def write_engine_answers(folder: Path, graft: bool = False) -> None:
+    """Exercise files in `folder` that answer with the engine's own code (for `train --dir`); with
+    `graft`, each op keeps its exercise's forward and takes the engine's gradient (`grafted`)."""
     for e in EXERCISES:
         ops = [s.name for s in e.ops if s.name in tx.REGISTRY]
-        lines = [f"from tinygrad_tx.ops import {', '.join(ops)}"] if ops else []
+        if graft:
+            lines = ["from tests.exercises.standins import grafted"] * bool(ops)
+            lines += [f"{name} = grafted({e.number!r}, {name!r})" for name in ops]
+        else:
+            lines = [f"from tinygrad_tx.ops import {', '.join(ops)}"] if ops else []
         if any(s.name == "Mean" for s in e.ops):
             lines.append("from tests.exercises.standins import Mean")
         if e.special == "walk":

@@ -3,6 +3,7 @@ where), and the engine's own code passes every check, so that no check is vacuou
 that a right answer cannot pass, or that passes anything, fails here."""
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
@@ -81,3 +82,25 @@ def test_every_exercise_file_is_listed_and_opens_as_a_notebook():
         kinds = [cell.cell_type for cell in notebook.cells]
         assert kinds[0] == "markdown" and "code" in kinds, name
         assert f"about {next(e.minutes for e in EXERCISES if e.file == name)} minutes" in notebook.cells[0].source
+
+
+def test_the_page_gives_each_exercise_its_time_and_what_it_teaches():
+    page = (ROOT / "docs" / "exercises.md").read_text()
+    rows = re.findall(r"^\| (\d\d) \| `(\S+)` \| (\d+) min \| (.+) \|$", page, re.M)
+    assert [(n, f, int(m)) for n, f, m, _ in rows] == [(e.number, e.file, e.minutes) for e in EXERCISES]
+    assert f"About {round(sum(e.minutes for e in EXERCISES) / 60)} hours in all" in page
+
+
+@pytest.mark.parametrize("exercise", [e for e in EXERCISES if e.ops], ids=lambda e: e.file)
+def test_a_learners_op_carries_its_math_and_source_as_the_engines_ops_do(exercise):
+    """What the explorer shows beside a node (its op class's own docstring, its forward and
+    backward as written, with file and line) is there for the learner's classes too."""
+    from exercises.catalog import load
+    names = load(exercise)
+    for spec in exercise.ops:
+        cls = names[spec.name]
+        assert cls.__dict__["__doc__"].startswith("y = ") and " d" in cls.__dict__["__doc__"]
+        for method in ("forward", "backward"):
+            code = inspect.unwrap(getattr(cls, method))
+            assert Path(inspect.getsourcefile(code)) == FOLDER / exercise.file
+            assert inspect.getsource(code).lstrip().startswith(f"def {method}(self")

@@ -11,7 +11,6 @@ import numpy as np
 
 from exercises import check
 from tinygrad_tx import ops, optim
-from tinygrad_tx.function import Function
 
 from .standins import engine_answers
 
