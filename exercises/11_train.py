@@ -23,6 +23,7 @@ if __name__ == "__main__":
     from exercises import check
     from exercises.training import train
 
-    print(check("11"))
-    if check("11"):
+    report = check("11")
+    print(report)
+    if report:
         train([])

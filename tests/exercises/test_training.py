@@ -3,8 +3,8 @@ run (and give them back), and a full set of answers trains the reverse task.
 
 The answers are stand-ins (the tests ship no answers): each op keeps its exercise's given forward
 and takes the engine's gradient (`grafted`), the walk is the engine's, Adam the engine's. The full
-run (2,500 steps) reaches 100% held-out exact match (docs/exercises.md); here a short run, for the
-suite's time, must clear a lower bar."""
+run (2,500 steps) reaches 100% held-out exact match (docs/exercises.md); here a run of 700 steps
+(its schedule compressed to them), for the suite's time, must clear a bar a little lower."""
 from __future__ import annotations
 
 import os
@@ -25,7 +25,7 @@ from tinygrad_tx import Tensor, ops, optim
 from .standins import ENGINE_BACKWARD, write_engine_answers
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS, BAR = 700, 80.0  # the short run and its bar: held-out exact match, in %
+STEPS, BAR = 700, 98.0  # the short run and its bar: held-out exact match, in % (it made 99.8%)
 
 
 def counting_answers() -> tuple[dict, dict]:

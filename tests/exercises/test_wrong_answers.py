@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from exercises import check
-from tinygrad_tx import ops, optim
+from tinygrad_tx import Tensor, ops, optim
 
 from .standins import engine_answers
 
@@ -118,35 +118,55 @@ def test_a_nan_on_a_fully_masked_row_is_named():
     assert "a fully masked row" in text and "✗ Attention: a fully masked row" in text
 
 
-def overwriting_walk(root, grad):
-    """A walk that puts (=) a gradient where it should add (+=) one to the gradient waiting."""
-    order, seen, stack = [], {root.grad_fn}, [root.grad_fn]
+def pushed_order(root) -> list:
+    """Depth-first, each node marked seen when pushed, the post-order reversed: a node marked seen
+    through one user may be finished before another of its users is (the mistake)."""
+    order, seen, stack = [], {root.grad_fn}, [(root.grad_fn, False)]
     while stack:
-        node = stack.pop()
-        order.append(node)
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        stack.append((node, True))
         for t in node.inputs:
             if t.grad_fn is not None and t.grad_fn not in seen:
                 seen.add(t.grad_fn)
-                stack.append(t.grad_fn)
-    waiting, leaves = {root.grad_fn: grad}, {}
-    for node in sorted(order, key=lambda n: n.seq, reverse=True):
-        for t, a, gk in zip(node.inputs, node.arrays, node.backward(waiting[node], *node.arrays)):
-            if gk is None or not t.requires_grad:
-                continue
-            gk = gk.sum(axis=tuple(range(gk.ndim - a.ndim))) if gk.ndim > a.ndim else gk
-            if t.grad_fn is None:
-                leaves[t] = gk  # the mistake: = where += belongs
-            else:
-                waiting[t.grad_fn] = gk  # the same mistake
-    from tinygrad_tx import Tensor
-    for leaf, g in leaves.items():
-        leaf.grad = Tensor(g) if leaf.grad is None else leaf.grad + Tensor(g)
+                stack.append((t.grad_fn, False))
+    return order[::-1]
+
+
+def by_sequence(root) -> list:
+    """Every node behind root, the latest made first (the engine's order)."""
+    return sorted(pushed_order(root), key=lambda node: node.seq, reverse=True)
+
+
+def walk_with(order, add: bool):
+    """A walk that runs the nodes in `order(root)` and, unless `add`, puts (=) a gradient where it
+    should add (+=) one to the gradient waiting."""
+    def backward(root, grad):
+        waiting, leaves = {root.grad_fn: grad}, {}
+        for node in order(root):
+            for t, a, gk in zip(node.inputs, node.arrays, node.backward(waiting[node], *node.arrays)):
+                if gk is None or not t.requires_grad:
+                    continue
+                gk = gk.sum(axis=tuple(range(gk.ndim - a.ndim))) if gk.ndim > a.ndim else gk
+                place, key = (leaves, t) if t.grad_fn is None else (waiting, t.grad_fn)
+                place[key] = place[key] + gk if add and key in place else gk
+        for leaf, g in leaves.items():
+            leaf.grad = Tensor(g) if leaf.grad is None else leaf.grad + Tensor(g)
+    return backward
 
 
 def test_a_walk_that_overwrites_instead_of_adding_is_named():
-    text, named = failure("09", backward=overwriting_walk)
+    text, named = failure("09", backward=walk_with(by_sequence, add=False))
     assert named[1] == "leaf 0"
     assert "✗ fan-out at a leaf" in text and "a walk that overwrites where it should add" in text
+
+
+def test_a_walk_that_runs_a_node_before_all_its_users_is_named():
+    text, named = failure("09", backward=walk_with(pushed_order, add=True))
+    assert named[1] == "leaf 0"
+    assert "✗ fan-out at a node, the other way round" in text and "run a node only after every node that uses" in text
 
 
 class NoBiasCorrection(optim.Adam):
