@@ -104,7 +104,8 @@ def _slips(want: np.ndarray, run: Run) -> list[tuple[str, np.ndarray]]:
              want * (1 - beta1) / math.sqrt(1 - beta2)),
             (f"v's bias correction is missing ({why}): the first step is 1/√(1 - β2) times too large",
              want / math.sqrt(1 - beta2)),
-            (f"m's bias correction is missing ({why}): the first step is (1 - β1) times too small", want * (1 - beta1)),
+            (f"m's bias correction is missing ({why}): the first step is (1 - β1) times too small",
+             want * (1 - beta1)),
             ("the parameter did not change: update the array in place (`param -= step`); `param = param - step` "
              "only gives the name another array", np.zeros_like(want))]
 

@@ -86,5 +86,7 @@ def _learners(path: str, learner_file: Path | None) -> bool:
 
 
 def _short(path: str) -> str:
+    if "ipykernel_" in path:  # where IPython keeps a cell's code
+        return "a notebook cell"
     p = Path(path).resolve()
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)

@@ -3,6 +3,7 @@ where), and the engine's own code passes every check, so that no check is vacuou
 that a right answer cannot pass, or that passes anything, fails here."""
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 import subprocess
@@ -104,3 +105,21 @@ def test_a_learners_op_carries_its_math_and_source_as_the_engines_ops_do(exercis
             code = inspect.unwrap(getattr(cls, method))
             assert Path(inspect.getsourcefile(code)) == FOLDER / exercise.file
             assert inspect.getsource(code).lstrip().startswith(f"def {method}(self")
+
+
+def test_an_exercise_runs_as_a_notebook_and_its_last_cell_checks_the_cells_classes(tmp_path, monkeypatch):
+    """Exercise 05 in a kernel started away from the checkout (as Jupyter opens it through
+    jupytext): its cells run, and the last one's check reports on the class its cells defined."""
+    missing = [name for name in ("jupytext", "nbclient", "ipykernel") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (pip install -e \".[test]\")")
+    import jupytext
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel inherits it: `import exercises` as after pip install -e
+    notebook = jupytext.read(FOLDER / "05_softmax.py")
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    said = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
+    assert "g = random: " in said and "exercise 05: Softmax\n  ✗ Softmax: (3, 5) along the last axis" in said
+    assert "backward is not written yet (a notebook cell, line " in said and "write Softmax.backward" in said
