@@ -15,7 +15,7 @@ test, its examples run in order in one namespace. The conventions a page follows
   form, declared in the page); `<!-- shell: not-run: reason -->` says why it is not
   run (an installation, a cluster). An undeclared block fails, so nothing goes stale
   unnoticed. Commands run in one temporary directory per page, with the repository's
-  examples/, benchmarks/ and tinygrad_tx/ and models/ reachable as in a checkout.
+  examples/, benchmarks/, exercises/, tinygrad_tx/ and models/ reachable as in a checkout.
 - A measured figure is never retyped: `<!-- include: results/NAME.txt -->` before a
   ```text block (or `<!-- include: results/NAME.md -->` ... `<!-- end include -->` around
   a markdown table) says the block is that file, which the benchmark script wrote
@@ -48,7 +48,7 @@ SHELL = re.compile(r"(?:<!--\s*shell:\s*(?P<how>run-instead|run|not-run)(?P<arg>
                    re.S)
 INCLUDE = re.compile(r"<!--\s*include:\s*(?P<file>\S+)\s*-->\s*\n(?:```text\n(?P<body>.*?)```"
                      r"|(?P<markdown>.*?)<!-- end include -->)", re.S)
-LINKED = ["examples", "benchmarks", "tinygrad_tx", "models", "pyproject.toml"]
+LINKED = ["examples", "benchmarks", "tinygrad_tx", "models", "exercises", "pyproject.toml"]
 
 
 class Printing(PythonEvaluator):
