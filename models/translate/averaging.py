@@ -35,6 +35,12 @@ class Average:
     def state_dict(self) -> dict:
         return {"taken": list(self.taken), "sum": dict(self.sum)}
 
+    def to(self, steps: tuple[int, ...]) -> Average:
+        """An average of the weights at `steps` instead, with those summed here still among them."""
+        moved = Average(steps)
+        moved.load_state_dict(self.state_dict())
+        return moved
+
     def load_state_dict(self, state: dict) -> None:
         """Take the saved sum, unless it holds steps this run no longer averages (resumed with
         other --steps or --average): then the sum starts again."""
