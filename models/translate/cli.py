@@ -244,10 +244,10 @@ def run_train(args: argparse.Namespace) -> None:
         say(f"interrupted while choosing the decoding: the trained model is kept in {trainer.dir}; python -m models "
             f"train --out {trainer.dir} --resume chooses it (until then evaluate and translate use beam {BEAM})")
         sys.exit(130)
-    say(describe_decoding(chosen))
     try:
+        say(describe_decoding(chosen))
         report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the decoding is kept in run.json
         say(f"interrupted during the test report: the run is complete; python -m models evaluate --run {trainer.dir}")
         sys.exit(130)
 

@@ -6,12 +6,13 @@ checkpoints out, with checkpoints that resume exactly.
 raw arrays. `Trainer.train` is the loop around it: a batch, the step, the learning-rate
 schedule; then logging, validation and checkpoints. What it needs besides has a file of its own:
 
-    losses.py       the loss per real token; R-Drop's doubled batch and term
-    interrupts.py   Ctrl-C and SIGTERM: a stop at the next step boundary, last.npz saved
-    budget.py       --time: the run times itself and chooses its last step
-    ranks.py        data-parallel and ensemble ranks: what they agree on, the all-reduce of each step
-    averaging.py    checkpoint averaging          run.py          the run directory
-    preparation.py  pairs, tokenizers, vocabularies, batches
+    losses.py        the loss per real token; R-Drop's doubled batch and term
+    optimization.py  Adam(W), and the learning rate's warm-up and decay
+    interrupts.py    Ctrl-C and SIGTERM: a stop at the next step boundary, last.npz saved
+    budget.py        --time: the run times itself and chooses its last step
+    ranks.py         data-parallel and ensemble ranks: what they agree on, the all-reduce of each step
+    validating.py    a validation's scores         averaging.py    checkpoint averaging
+    preparation.py   pairs, tokenizers, vocabularies, batches          run.py  the run directory
 
 A run is deterministic given its seed: the data split, the initial weights, the batch order
 (a function of seed and epoch) and dropout (the device's generator is reseeded from seed and
@@ -36,9 +37,9 @@ from .averaging import Average, snapshot_steps
 from .budget import Budget, Planner, Timing, parse_duration
 from .interrupts import stop_requests
 from .losses import doubled, rdrop_term, token_mean
+from .optimization import adam, decay, stretch
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
-from .optimization import adam, decay, stretch
 from .ranks import check_data_agree, check_members, check_settings_agree, step_news, together
 from .run import (SNAPSHOTS, RunError, append_metrics, check_new_run_directory, claim_run, create_run,
                   keep_metrics_until, load_checkpoint, load_weights, member_directory, read_last)
@@ -74,10 +75,9 @@ class Trainer:
     first here; how the run is set up follows it."""
 
     def train(self, progress) -> str:
-        """Train until `steps`; returns "done", "interrupted" (Ctrl-C or SIGTERM: every rank stops
-        at the same step boundary, with last.npz saved) or "out of time" (a --time run's training
-        time is up before the steps it chose are done). `progress` takes tqdm's `update`,
-        `set_postfix`, `write`, `total` and `refresh` (a --time run sets the total once it has chosen)."""
+        """Train until `steps`: "done", "interrupted" (Ctrl-C or SIGTERM: every rank stops at one
+        step, last.npz saved) or "out of time" (a --time run's training time is up first).
+        `progress`: tqdm's `update`, `set_postfix`, `write`, `total` and `refresh`."""
         step = train_step(self.model, self.optimizer, self.s, self.shards)
         self.model.train()
         self.tokens, self.began = 0, time.perf_counter()  # for the tokens a second
