@@ -59,8 +59,10 @@ START_UP_SHARE = 0.25
 training its tokenizers, building the model): a budget it would take more of is refused, in one
 line, before anything is written (`--time 0.5s` once spent it all before its first step, then
 said its best model was kept; the reverse task starts in about 0.6 s on the 2-core AMD machine)."""
-STALL = 5
-"""How many times the usual a step or a validation must take to count as a stall."""
+STALL = 20
+"""How many times the usual a step or a validation must take to count as a stall. A busy machine's
+steps wait their turn, time the run does spend: the reverse task at a load of 6 on the 2 cores
+had one step in 25 at 5 to 7.5 times the median. A stop of seconds is 50 to 1,000 steps."""
 
 DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?")
 """Hours, minutes, seconds, in that order, each at most once: "1h30m", "2m 30s", "1.5h"."""

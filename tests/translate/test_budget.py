@@ -10,15 +10,18 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from models.translate.budget import EXIT_SHARE, FINAL_SHARE, Budget, Timing, parse_duration
+from models.translate.budget import EXIT_SHARE, FINAL_SHARE, STALL, Budget, Timing, parse_duration
 from models.translate.run import RunError, load_checkpoint
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
-from .test_cli import Quiet, run_cli
+from .test_cli import REPO, Quiet, run_cli
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400),
@@ -185,16 +188,45 @@ def test_a_stall_is_not_a_new_speed(tmp_path):
     assert trainer.step == 61 and clock.now == pytest.approx(7.11)
 
 
+def test_a_run_stopped_for_seconds_by_sigstop_does_not_take_the_stop_for_its_speed(tmp_path):
+    """A real stop: `train --time 20s`, SIGSTOP for 6 s after it has chosen its steps, SIGCONT.
+    The next choice timed its steps with the stop in them (120 ms a step, where they took 2 to
+    4 ms at a load of 6 on 2 cores) and cut the run short; now a stop is left out: each choice's
+    timing stays within the STALL factor of the first (the time the stop took is gone all the
+    same), and the run ends at the last step it chose."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "models", "train", "--task", "reverse", "--time", "20s",
+                                "--steps", "100000", "--eval-every", "50", "--n-held-out", "50", "--d-model", "8",
+                                "--num-heads", "2", "--num-encoder-layers", "1", "--num-decoder-layers", "1",
+                                "--d-ff", "8", "--batch-size", "8", "--out", str(out)], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (out / "metrics.jsonl").is_file() or not records(out, "planned_steps"):
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(6)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    timed = [float(line.split("timed at ")[1].split(" ms")[0]) for line in stdout.splitlines() if "timed at" in line]
+    assert len(timed) > 1 and max(timed) < STALL * max(1.0, timed[0]), timed  # "2 ms": a whole number of them
+    last = records(out, "planned_steps")[-1]["planned_steps"]
+    assert f"trained to step {last} of {last} in" in stdout
+
+
 def test_timing_leaves_stalls_out():
-    """Steps of 10 ms and one of 12 s: 10 ms a step. Validations of 0.5 and 0.6 s and one of
-    12.5 s: 0.6 s, the longest that is not a stall."""
+    """Steps of 10 ms, one of 70 ms (a busy machine: counted) and one of 12 s (a stall: not).
+    Validations of 0.5 and 0.6 s and one of 12.5 s: 0.6 s, the longest that is not a stall."""
     clock = Clock()
     timing = Timing(clock)
-    for step, took in enumerate([0.01] * 9 + [12.0] + [0.01] * 10, start=1):
+    for step, took in enumerate([0.01] * 9 + [12.0] + [0.01] * 9 + [0.07], start=1):
         clock.now += took
         timing.stepped(step)
-    assert timing.step_seconds(since=0) == pytest.approx(0.01)
-    assert timing.step_seconds() == pytest.approx(0.01)  # the later half, no stall in it
+    assert timing.step_seconds(since=0) == pytest.approx((18 * 0.01 + 0.07) / 19)
+    assert timing.step_seconds() == pytest.approx((9 * 0.01 + 0.07) / 10)  # the later half, no stall in it
     for took in (0.5, 12.5, 0.6):
         with timing.validating():
             clock.now += took
