@@ -171,30 +171,6 @@ def claim(directory: Path) -> IO:
     return lock
 
 
-def claim_run(directory: Path, resume: bool) -> IO:
-    """`claim` the run directory; for a new run, then check again that it holds none (the `train`
-    that held it may have written a checkpoint)."""
-    lock = claim(directory)
-    try:
-        if not resume:
-            check_new_run_directory(directory)
-    except RunError:
-        lock.close()
-        raise
-    return lock
-
-
-def read_last(member: Path, directory: Path, vocabs: tuple[Vocab, Vocab], config: dict) -> dict:
-    """last.npz of a run being resumed (in `member`, one model's directory of run `directory`),
-    checked against the run's vocabularies and, before it is built, the model `config` describes."""
-    path = member / "last.npz"
-    state = load_checkpoint(path)
-    saved = state.get("config") if isinstance(state.get("config"), dict) else {}
-    check_vocabularies(directory, (saved.get("src_vocab"), saved.get("tgt_vocab")), *vocabs)
-    check_fits(config, state, path)
-    return state
-
-
 def create_run(directory: Path, settings: dict, tokenizers: tuple[Tokenizer, Tokenizer], vocabs: tuple[Vocab, Vocab],
                corpus_fingerprint: str, held_out: dict[str, list[Pair]]) -> None:
     """Write a new run's files, before the first checkpoint: how it trains (`settings`), its

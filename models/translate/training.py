@@ -11,8 +11,8 @@ schedule; then logging, validation and checkpoints. What it needs besides has a 
     interrupts.py    Ctrl-C and SIGTERM: a stop at the next step boundary, last.npz saved
     budget.py        --time: the run times itself and chooses its last step
     ranks.py         data-parallel and ensemble ranks: what they agree on, the all-reduce of each step
-    validating.py    a validation's scores         averaging.py    checkpoint averaging
-    preparation.py   pairs, tokenizers, vocabularies, batches          run.py  the run directory
+    validating.py    a validation's scores           averaging.py   checkpoint averaging
+    preparation.py   pairs, vocabularies, batches    run.py, starting.py   the run directory, claimed
 
 A run is deterministic given its seed: the data split, the initial weights, the batch order
 (a function of seed and epoch) and dropout (the device's generator is reseeded from seed and
@@ -41,9 +41,10 @@ from .optimization import adam, decay, stretch
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
 from .ranks import check_data_agree, check_members, check_settings_agree, step_news, together
-from .run import (SNAPSHOTS, RunError, append_metrics, check_new_run_directory, claim_run, create_run,
-                  keep_metrics_until, load_checkpoint, load_weights, member_directory, read_last)
+from .run import (SNAPSHOTS, RunError, append_metrics, check_new_run_directory, create_run, keep_metrics_until,
+                  load_checkpoint, load_weights, member_directory)
 from .settings import TrainSettings, run_directory
+from .starting import claim_run, read_last
 from .validating import SCORES, best_by, validation
 from ..text.data import PAD_ID
 from ..transformer import Transformer
@@ -184,8 +185,7 @@ class Trainer:
         check_data_agree(self.data, None if self.ensemble else self.last)  # an ensemble's models differ
         tx.manual_seed(settings.seed + self.member)
         model = Transformer(**config).to(settings.device)
-        # data-parallel: rank 0's weights on every rank; gradients averaged over the ranks in backward
-        self.model = model if self.ensemble else dist.DataParallel(model)
+        self.model = model if self.ensemble else dist.DataParallel(model)  # rank 0's weights; gradients averaged
         self.optimizer = adam(self.model.parameters(), settings)
         # a --time run chooses its steps once timed (budget.py); until then --steps, its bound, is the end
         self.step, self.best, self.lock, self.warned_no_plot = 0, -1.0, None, False
