@@ -1,4 +1,5 @@
-"""What each default of `train --data` buys on your own corpus: the ablation table of docs/translate.md.
+"""What each default of `train --data` buys on your own corpus: the ablation tables of
+docs/results/translate-experiments.md.
 
     python benchmarks/corpus.py CORPUS [--time 10m | --steps N] [--clock cpu] [--rows before,time,...]
                                        [--seeds N] [--jobs 1] [--write-docs]

@@ -67,7 +67,7 @@ def paste_into_pages() -> None:
     import re
 
     include = re.compile(r"(<!--\s*include:\s*(\S+)\s*-->\s*\n(?:```text\n)?)(.*?)(```|<!-- end include -->)", re.S)
-    for page in [RESULTS.parents[1] / "README.md", *sorted(RESULTS.parent.glob("*.md"))]:
+    for page in [RESULTS.parents[1] / "README.md", *sorted(RESULTS.parent.glob("*.md")), *sorted(RESULTS.glob("*.md"))]:
         text = page.read_text()
 
         def pasted(m: re.Match) -> str:

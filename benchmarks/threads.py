@@ -3,7 +3,7 @@
 OpenBLAS, NumPy's BLAS, starts a thread per core, and its threads wait for work by
 spinning. Beside another busy process those threads take turns with it for the cores,
 and a step can become tens of times slower. So the engine limits NumPy's BLAS to one
-thread when it is imported (`tinygrad_tx/threads.py`; `tx.set_num_threads` changes it).
+thread when it is imported (`tinygrad_tx/backends/threads.py`; `tx.set_num_threads` changes it).
 
 First table: `python examples/copy_task.py` as a user runs it, with no BLAS variable
 set, in a fresh process, alone and beside one busy process (a Python loop keeping one
@@ -133,7 +133,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"`python examples/copy_task.py --steps {args.script_steps}`, no BLAS variable set: wall s (CPU s)")
     print(f"{'BLAS threads':>22} {'alone':>14} {'beside one busy':>16} {'slow-down':>10}")
-    from tinygrad_tx.threads import DEFAULT
+    from tinygrad_tx.backends.threads import DEFAULT
 
     for threads, label in (("default", f"library default ({DEFAULT})"), ("numpy", "NumPy's own (per core)")):
         alone = run_script(threads, False, args.script_steps)

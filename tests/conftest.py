@@ -26,7 +26,7 @@ settings.load_profile("ci")
 
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
-    """"cpu" (NumPy), "strict" (NumPy with CuPy's refusals, see tinygrad_tx/strict.py) and
+    """"cpu" (NumPy), "strict" (NumPy with CuPy's refusals, see tinygrad_tx/backends/strict.py) and
     "cuda" (CuPy), the last skipped with the reason where CuPy or a GPU is missing."""
     try:
         tx.get_backend(request.param)
@@ -57,7 +57,7 @@ def rng() -> np.random.Generator:
 @pytest.fixture(autouse=True)
 def _restore_global_state():
     """Tests may change the default device or the seed; give the next test a clean slate."""
-    from tinygrad_tx import backend
+    from tinygrad_tx.backends import backend
 
     default = backend._default
     yield

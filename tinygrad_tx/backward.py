@@ -1,40 +1,40 @@
-"""Backward, in one file: from a tensor back to every leaf behind it, first planned, then run.
+"""Backward: from a tensor back to every leaf behind it, first planned, then run.
 
-    loss.backward()                  # tensor.py hands over to `backward` at the end of this file
-    print(tx.backward_plan(loss))    # the same walk, as data, without running it
+    loss.backward()                  # tensor.py hands over to `backward` below
+    print(tx.backward_plan(loss))    # the same plan, for reading (tinygrad_tx/inspect/plan.py)
 
-**The plan** (`backward_plan`) decides every rule of the walk before a gradient moves:
-
-- *order*: the nodes (the ops recorded in forward) behind the root, each after every
-  node that uses its output, so that its output's gradient is complete when it runs;
+**The plan** (`make_plan`) decides every rule of the walk before a gradient moves:
+- *order*: the nodes (the ops recorded in forward) behind the root, each after every node
+  that uses its output, so that its output's gradient is complete when it runs;
 - *routes*: where the gradient of each input of a node goes: to the node that made that
-  input, or, for a leaf, towards its `.grad`;
-- *fan-out*: a tensor used k times gets k gradients, added up in the plan's order;
-- *broadcasting*: where an op broadcast an input to a larger output
-  (`Function.broadcasts`), its gradient is summed back to the input's shape (`sum_to`);
-- *releases*: each node's inputs and saved arrays are freed after its step, unless
-  `retain_graph`;
-- *checks*: a walk through a node an earlier backward freed, or through an op whose
-  input was replaced or changed in place after the op used it (its gradient would be
-  wrong), is refused before any gradient moves;
-- *delivery*: each leaf's summed gradient is delivered at the end (its hooks run, then
-  `.grad` grows); a leaf with a post-accumulate-grad hook as soon as no later step sends
-  it more, so data parallelism can start averaging it while backward goes on.
+  input, or, for a leaf, towards its `.grad`; a tensor used k times gets k gradients, added
+  up in the plan's order (fan-out); where an op broadcast an input (`Function.broadcasts`),
+  its gradient is summed back to the input's shape (`sum_to`);
+- *releases*: each node's inputs and saved arrays are freed after its step, unless `retain_graph`;
+- *checks*: a walk through a node an earlier backward freed, or through an op whose input
+  was replaced or changed in place after the op used it, is refused before any gradient moves;
+- *delivery*: each leaf's summed gradient is delivered at the end (its hooks, then `.grad`);
+  a leaf with a post-accumulate-grad hook as soon as no later step sends it more, so data
+  parallelism can start averaging it while backward goes on.
 
-**The run** (`run_plan`) follows the plan: each step takes the gradient waiting at its
-node, runs the node's `backward`, checks what comes back and sends it along the routes.
+**The run** (`backward`): its loop, `run_plan`, is the chain rule alone: each step takes the
+gradient waiting at its node, calls the node's backward and sends each result along the
+step's routes. The rest sits around the loop, as Chainer's backward pre- and post-process
+hooks sit around its backprop step (`Walk.around`): before a step, tensor hooks and
+`retain_grad`, `tx.grad`'s captures, the observers' clock; after it, the observers, the
+node's release, a leaf's early delivery. A walk installs only what it needs, so a plain
+`loss.backward()` runs the loop bare. The leaves' end (their hooks, `.grad`, `tx.grad`'s
+answers, the callbacks DataParallel queues with `queue_callback`) is `LeafSink`, in leaf_sink.py.
 
-Eager backward, `tx.jit` (which keeps the plan of its record and writes it out as
-Python), `trace_backward` and the explorer all use this one plan; no rule of the walk is
-written anywhere else. The ordinary walk runs each op's formula on raw arrays (fast, no
-graph); `create_graph=True` runs the same formulas on Tensors, so that the gradient is
-itself a graph that can be differentiated again.
+Eager backward, `tx.jit` (which keeps the plan of its record and writes it out as Python),
+`trace_backward` and the explorer all use this one plan; no rule of the walk is written
+anywhere else. The ordinary walk runs each op's formula on raw arrays (fast, no graph);
+`create_graph=True` runs the same formulas on Tensors, so that the gradient is itself a
+graph that can be differentiated again.
 """
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
-from functools import cached_property
 from time import perf_counter
 from typing import Any, Callable, Sequence
 
@@ -42,163 +42,63 @@ import numpy as np
 
 from . import observers
 from .function import Function, enable_grad, in_place, no_grad
+from .leaf_sink import LeafSink, queue_callback, run_hooks  # noqa: F401 (queue_callback: asked for here)
 
 # ---------------------------------------------------------------------------------------
 # The plan
 # ---------------------------------------------------------------------------------------
 
-Route = tuple  # (input, to, sum_to): see BackwardPlan
+Route = tuple  # (input, to, sum_to): see Plan
 
 
-class BackwardPlan:
+class Plan:
     """The walk from a root: step i runs `nodes[i]`, whose output's gradient has the shape `shapes[i]`.
 
-    Gradients wait at *places*: place i is step i's node (the gradient of its output, summed
-    so far); place `len(nodes) + k` is leaf k of `leaves` (the gradient it will get). The root's
-    gradient starts at place 0: the first step, or, when the root is a leaf, that leaf.
-
-    `routes[i]` holds step i's routes, each a tuple `(input, to, sum_to)`: the gradient that
-    backward returns for its `input`-th input is sent to place `to`, summed back to the shape
-    `sum_to` first where that is not None (the op broadcast that input). A gradient arriving
-    where another already waits is added to it. `delivers` maps a step to the leaves complete
-    after it (those with post-accumulate-grad hooks); `freed` lists steps whose node an earlier
-    backward released, `changed` the (step, input, shape) of inputs modified after their op
-    used them (for an array the op saved, its name in place of the input: `p` of attention): a
-    plan with either cannot run (`check_runnable`). In a `tx.jit` record the nodes and leaves
-    are numbers, and `ops` names each step's op.
+    Gradients wait at *places*: place i is step i's node (its output's gradient, summed so
+    far), place `len(nodes) + k` leaf k of `leaves`. The root's gradient starts at place 0.
+    `routes[i]` holds step i's routes `(input, to, sum_to)`: the gradient backward returns for
+    its `input`-th input goes to place `to`, summed back to the shape `sum_to` first where that
+    is not None (the op broadcast that input), and added to one already waiting there.
+    `delivers` maps a step to the leaves complete after it (those with post-accumulate-grad
+    hooks); `freed` lists steps whose node an earlier backward released, `changed` the (step,
+    input, shape) of inputs modified after their op used them (an array the op saved: its name,
+    `p` of attention). In a `tx.jit` record nodes and leaves are numbers, `ops` names the ops.
     """
 
     def __init__(self, nodes: list, shapes: list, routes: list, leaves: list, retain_graph: bool,
                  delivers: dict | None = None, freed: list | None = None, changed: list | None = None,
                  ops: list | None = None):
         self.nodes, self.shapes, self.routes, self.leaves = nodes, shapes, routes, leaves
-        self.retain_graph = retain_graph
-        self.delivers: dict[int, tuple[int, ...]] = delivers or {}
+        self.retain_graph, self.delivers = retain_graph, delivers or {}
         self.freed: list[int] = freed or []
         self.changed: list[tuple[int, int | str, tuple]] = changed or []
         self.ops = ops or [node.name for node in nodes]
 
-    @cached_property
-    def steps(self) -> list["PlanStep"]:
-        """The plan step by step, for reading (`print`, `to_dict`, `tx.jit`'s code, the explorer)."""
-        n, arrived, steps = len(self.nodes), set(), []
-        changed = {}
-        for i, k, _ in self.changed:
-            changed[i] = changed.get(i, ()) + (k,)
-        for i, routes in enumerate(self.routes):
-            adds = []  # whether an earlier route sends to the same place
-            for _, to, _ in routes:
-                adds.append(to in arrived)
-                arrived.add(to)
-            steps.append(PlanStep(i, self.nodes[i], self.ops[i], self.shapes[i], routes, tuple(adds),
-                                  tuple(to - n for _, to, _ in routes if to >= n), not self.retain_graph,
-                                  self.delivers.get(i, ()), i in self.freed, changed.get(i, ())))
-        return steps
-
-    def check_runnable(self) -> None:
-        """Refuse a walk through a node an earlier backward freed, or through an op whose input
-        was modified after the op used it."""
+    def check_runnable(self, create_graph: bool = False) -> None:
+        """Refuse a walk through a node an earlier backward freed, through an op whose input was
+        modified after the op used it, or (`create_graph`) through a once-differentiable op."""
         if self.freed:
-            raise RuntimeError(
-                f"backward through {self.ops[self.freed[0]]} a second time: its saved values were freed "
-                "after the first backward; pass retain_graph=True to the first call")
+            raise RuntimeError(f"backward through {self.ops[self.freed[0]]} a second time: its saved values were "
+                               "freed after the first backward; pass retain_graph=True to the first call")
         if self.changed:
             i, k, shape = self.changed[0]
             what = f"an input of {self.ops[i]}" if type(k) is int else f"the {k!r} {self.ops[i]} saved for backward"
-            raise RuntimeError(
-                f"{what} (shape {shape}) was modified after the "
-                "op used it; its gradient would be wrong. Change tensors only after backward, or work on a copy")
-
-    def renumbered(self, node: Callable[["PlanStep"], Any], leaf: Callable[[Any], Any]) -> "BackwardPlan":
-        """The same plan with each step's node replaced by `node(step)` and each leaf by `leaf(it)`
-        (what `tx.jit` keeps: op and leaf numbers instead of this call's objects)."""
-        return BackwardPlan([node(step) for step in self.steps], self.shapes, self.routes, [leaf(t) for t in self.leaves],
-                            self.retain_graph, self.delivers, self.freed, self.changed, self.ops)
-
-    def to_dict(self) -> dict:
-        """The plan as plain data (JSON-ready): a node is its sequence number, a leaf its name and shape."""
-        return {"retain_graph": self.retain_graph, "places": "step i is place i; leaf k is place steps + k",
-                "leaves": [{"name": getattr(t, "name", None), "shape": list(getattr(t, "shape", ()))}
-                           for t in self.leaves],
-                "steps": [{"node": getattr(s.node, "seq", s.node), "op": s.op, "shape": list(s.shape),
-                           "routes": [{"input": k, "to": to, "sum_to": shape, "adds": adds}
-                                      for (k, to, shape), adds in zip(s.routes, s.adds)],
-                           "releases": s.releases, "delivers": list(s.delivers), "freed": s.freed,
-                           "changed": list(s.changed)} for s in self.steps]}
-
-    def format(self, node_name: Callable[["PlanStep"], str] = operator.attrgetter("op"),
-               leaf_name: Callable[[Any], str] | None = None) -> str:
-        """The plan as text, one line a step; `node_name`, `leaf_name` say how to call them."""
-        leaves = [(leaf_name or _leaf_name)(t) for t in self.leaves]
-        steps, n = self.steps, len(self.nodes)
-        if not steps:
-            return f"backward from a leaf: no steps; its gradient goes to {leaves[0]}'s .grad"
-        kept = "kept (retain_graph)" if self.retain_graph else "released after its step"
-        lines = [f"backward from {node_name(steps[0])}: {len(steps)} steps, {len(leaves)} leaves; "
-                 f"each node's saved arrays {kept}",
-                 f"{'step':>4}  {'node':<14}{'gets':<14}sends"]
-        for step in steps:
-            i, name = step.index, node_name(step)
-            if step.freed:
-                lines.append(f"{i:>4}  {name:<14}freed by an earlier backward: this walk cannot run")
-                continue
-            if step.changed:
-                inputs = ", ".join(str(k) for k in step.changed if type(k) is int)
-                saved = [f"saved {k}" for k in step.changed if type(k) is str]
-                what = "; ".join([f"input {inputs}"] * bool(inputs) + saved)
-                lines.append(f"{i:>4}  {name:<14}{what} modified after the op used it: this walk cannot run")
-                continue
-            sends = []
-            for (k, to, shape), adds in zip(step.routes, step.adds):
-                where = f"leaf {leaves[to - n]}" if to >= n else f"step {to} ({node_name(steps[to])})"
-                summed = f" sum_to {shape}" if shape is not None else ""
-                sends.append(f"g{k}{summed} {'+=' if adds else '->'} {where}")
-            lines.append(f"{i:>4}  {name:<14}{str(step.shape):<14}" + ("; ".join(sends) or "(nothing)"))
-            if step.delivers:
-                lines.append(f"{'':<20}then to .grad: {', '.join(leaves[k] for k in step.delivers)} "
-                             "(post-accumulate-grad hooks; no later step sends more)")
-        rest = [leaves[k] for k in range(len(leaves)) if not any(k in s.delivers for s in steps)]
-        if rest:
-            lines.append(f"at the end, to .grad in this order: {', '.join(rest)}")
-        lines.append("(gN: the gradient backward returns for input N; += adds it to one that arrived "
-                     "before (fan-out); sum_to sums a broadcast back to the input's shape)")
-        return "\n".join(lines)
-
-    __str__ = format
-
-
-@dataclass
-class PlanStep:
-    """One step of a plan, for reading: its routes are the plan's own, `adds[j]` says whether
-    route j adds to a gradient an earlier route sent to the same place, `to_leaves` lists the
-    leaves (by number) it sends to."""
-
-    index: int
-    node: Any  # the Function (in a `tx.jit` record: its op number)
-    op: str
-    shape: tuple  # the shape of the node's output, and so of the gradient it takes
-    routes: tuple[Route, ...]
-    adds: tuple[bool, ...]
-    to_leaves: tuple[int, ...]
-    releases: bool  # its inputs and saved arrays are freed after this step
-    delivers: tuple[int, ...]  # leaves complete after this step, delivered at once
-    freed: bool  # released by an earlier backward: the walk cannot run
-    changed: tuple[int | str, ...]  # inputs (arrays it saved: by name) modified after the op used them: cannot run
-
-
-def _leaf_name(t: Any) -> str:
-    return getattr(t, "name", None) or f"{tuple(t.shape)}"
+            raise RuntimeError(f"{what} (shape {shape}) was modified after the op used it; its gradient would "
+                               "be wrong. Change tensors only after backward, or work on a copy")
+        once = [fn.name for fn in self.nodes if not fn.differentiable_twice] if create_graph else ()
+        if once:
+            raise RuntimeError(f"{once[0]} is once-differentiable: its backward works on raw "
+                               "arrays, so create_graph=True cannot give second derivatives through it")
 
 
 def topological_order(root: Any) -> list[Function]:
     """The nodes behind `root`, each before the nodes that produced its inputs.
 
-    Every recorded node carries a sequence number from the engine's clock, and an op's
-    inputs always exist before the op runs, so sorting the reachable nodes by descending
-    number is a topological order. Collecting them uses an explicit stack, not recursion,
-    so a 10,000-op chain does not hit Python's recursion limit; a node reached twice
-    (fan-out) is collected once. A node freed by an earlier backward is collected, but
-    not what is behind it.
+    Every recorded node carries a sequence number from the engine's clock, and an op's inputs
+    exist before the op runs, so sorting the reachable nodes by descending number is a
+    topological order. An explicit stack, not recursion, collects them (a 10,000-op chain
+    stays within Python's recursion limit); a node freed by an earlier backward is collected,
+    but not what is behind it.
     """
     seen, stack = {root.grad_fn}, [root.grad_fn]
     while stack:
@@ -211,10 +111,10 @@ def topological_order(root: Any) -> list[Function]:
     return sorted(seen, key=operator.attrgetter("seq"), reverse=True)
 
 
-def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
+def make_plan(root: Any, retain_graph: bool = False) -> Plan:
     """The plan of `root.backward(retain_graph=retain_graph)`, without running it."""
     if root.grad_fn is None:
-        return BackwardPlan([], [], [], [root], retain_graph)
+        return Plan([], [], [], [root], retain_graph)
     nodes = topological_order(root)
     n = len(nodes)
     step_of = {fn: i for i, fn in enumerate(nodes)}
@@ -251,7 +151,7 @@ def backward_plan(root: Any, retain_graph: bool = False) -> BackwardPlan:
     delivers = {}
     for leaf, i in last_use.items():
         delivers[i] = delivers.get(i, ()) + (leaf,)
-    return BackwardPlan(nodes, shapes, routes, leaves, retain_graph, delivers, freed, changed)
+    return Plan(nodes, shapes, routes, leaves, retain_graph, delivers, freed, changed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -264,70 +164,51 @@ def backward(root: Any, seed: Any, retain_graph: bool = False, create_graph: boo
     `root`: make the plan, check it, run it. Leaves accumulate it into `.grad`. With `targets`
     (`tx.grad`), no `.grad` changes: the gradients of those tensors are returned instead.
     `create_graph` runs the formulas on Tensors, with `tensor_math` as their `xp`."""
-    plan = backward_plan(root, retain_graph)
-    plan.check_runnable()
-    if create_graph:
-        blocking = next((fn for fn in plan.nodes if not fn.differentiable_twice), None)
-        if blocking is not None:
-            raise RuntimeError(f"{blocking.name} is once-differentiable: its backward works on raw "
-                               "arrays, so create_graph=True cannot give second derivatives through it")
-    start = seed if create_graph else seed.data
-    if not observers.active:
-        return run_plan(plan, start, root._from_op, tensor_math if create_graph else None, targets)
-    observers.show_backward_begin(root, seed, plan, create_graph, targets)
+    plan = make_plan(root, retain_graph)
+    plan.check_runnable(create_graph)
+    grads = [None] * (len(plan.nodes) + len(plan.leaves))  # the gradient waiting at each place
+    grads[0] = seed if create_graph else seed.data
+    walk, watching = Walk(plan, grads, root._from_op, create_graph, targets), bool(observers.active)
+    before, after = walk.around(watching)
+    if watching:
+        observers.show_backward_begin(root, seed, plan, create_graph, targets)
     try:
-        return run_plan(plan, start, root._from_op, tensor_math if create_graph else None, targets)
+        with walk, enable_grad() if create_graph else no_grad():
+            run_plan(plan, grads, tensor_math if create_graph else None, before, after)
+            return walk.finish()
     finally:
-        observers.show_backward_end()
+        if watching:
+            observers.show_backward_end()
 
 
-def run_plan(plan: BackwardPlan, seed: Any, wrap: Callable, tensor_math: Any = None,
-             targets: Sequence[Any] | None = None) -> list | None:
-    """Run the steps of `plan` in order, from `seed` (the root's gradient, an array; a Tensor
-    when `tensor_math` is given, for create_graph). `wrap(array, backend)` makes a Tensor.
-
-    A step takes the gradient waiting at its node, lets the node's tensor hooks replace it,
-    runs the node's backward, checks what it returns and sends it along the step's routes.
-    A node no gradient reached (every route to it sent None) sends nothing on.
+def run_plan(plan: Plan, grads: list, tensor_math: Any = None, before: Sequence[Callable] = (),
+             after: Sequence[Callable] = ()) -> None:
+    """The chain rule, one step per node in the plan's order: take the gradient waiting at the
+    node, call its backward (on Tensors, with `tensor_math` as `xp`, for create_graph), send
+    each result along the step's routes. A node no gradient reached sends nothing on; what the
+    leaves get stays in `grads`. Around it: `before` hooks `(fn, g) -> g` before a backward
+    (they may replace its gradient), `after` hooks `(i, fn, g, gs)` after every step, whether a
+    gradient reached it or not (`g` and `gs`, what backward returned, None): see `Walk.around`.
     """
-    nodes, n, release, delivers = plan.nodes, len(plan.nodes), not plan.retain_graph, plan.delivers
-    grads = [None] * (n + len(plan.leaves))  # the gradient waiting at each place, summed so far
-    grads[0] = seed
-    create_graph, watching = tensor_math is not None, observers.active
-    wanted = {t.grad_fn: t for t in targets or () if t.grad_fn is not None}  # tx.grad's intermediate tensors
-    with LeafSink(plan.leaves, grads, n, wrap, create_graph, targets) as sink, \
-            enable_grad() if create_graph else no_grad():
-        for i, fn in enumerate(nodes):
-            g, grads[i] = grads[i], None
-            if g is not None:
-                if fn.hooks or fn.retains is not None:
-                    g = _node_hooks(fn, g, wrap)
-                if fn in wanted:
-                    sink.captured[id(wanted[fn])] = g
-                start = perf_counter() if watching else None
-                arrays = fn.arrays
-                gs = fn.backward(g, *arrays) if not create_graph else _tensor_backward(fn, g, tensor_math)
-                if len(gs) != len(arrays):
-                    raise RuntimeError(f"{fn.name}.backward returned {len(gs)} gradients for "
-                                       f"{len(arrays)} inputs (one per input, None where none is needed)")
-                sent = [None] * len(gs) if start is not None else None
-                for k, to, shape in plan.routes[i]:
-                    gk, array = gs[k], arrays[k]
-                    if gk is None:
-                        continue
-                    if gk.shape != array.shape or gk.dtype is not array.dtype:
-                        gk = _fit(fn, gk, array, shape)
-                    grads[to] = gk if grads[to] is None else grads[to] + gk  # fan-out: the uses add up
-                    if sent is not None:
-                        sent[k] = gk
-                if start is not None:
-                    observers.show_backward(fn, g, sent, perf_counter() - start)
-            if release:
-                fn.release()
-            if delivers and i in delivers:
-                for k in delivers[i]:
-                    sink.deliver(k)
-        return sink.finish()
+    for i, fn in enumerate(plan.nodes):
+        g, grads[i], gs = grads[i], None, None
+        if g is not None:
+            for hook in before:
+                g = hook(fn, g)
+            arrays = fn.arrays
+            gs = fn.backward(g, *arrays) if tensor_math is None else _tensor_backward(fn, g, tensor_math)
+            if len(gs) != len(arrays):
+                raise RuntimeError(f"{fn.name}.backward returned {len(gs)} gradients for "
+                                   f"{len(arrays)} inputs (one per input, None where none is needed)")
+            for k, to, shape in plan.routes[i]:
+                gk, array = gs[k], arrays[k]
+                if gk is None:
+                    continue
+                if gk.shape != array.shape or gk.dtype is not array.dtype:
+                    gk = _fit(fn, gk, array, shape)  # a broadcast summed back, or a wrong gradient refused
+                grads[to] = gk if grads[to] is None else grads[to] + gk  # fan-out: the uses add up
+        for hook in after:
+            hook(i, fn, g, gs)
 
 
 def _fit(fn: Function, g: Any, array: Any, shape: tuple | None) -> Any:
@@ -369,115 +250,68 @@ def _tensor_backward(fn: Function, g: Any, tensor_math: Any) -> tuple:
         fn.xp = fn.backend.xp
 
 
-def _node_hooks(fn: Function, g: Any, wrap: Callable) -> Any:
-    """The hooks of the tensor `fn` made, then `retain_grad`'s: `.grad` keeps the gradient that
-    flows on, whatever the order the hooks were registered in (as in PyTorch)."""
-    raw = not hasattr(g, "grad_fn")
-    t = wrap(g, fn.backend) if raw else g
-    if fn.hooks:
+# ---------------------------------------------------------------------------------------
+# Around the run: hooks, captures, observers, releases, early deliveries
+# ---------------------------------------------------------------------------------------
+
+class Walk(LeafSink):
+    """An eager walk: its leaves' sink, and the hooks `run_plan` runs around each step."""
+
+    def __init__(self, plan: Plan, grads: list, wrap: Callable, create_graph: bool, targets: Sequence[Any] | None):
+        super().__init__(plan.leaves, grads, len(plan.nodes), wrap, create_graph, targets)
+        self.plan, self.began = plan, 0.0
+        self.wanted = {t.grad_fn: t for t in targets or () if t.grad_fn is not None}  # tx.grad's non-leaves
+
+    def around(self, watching: bool) -> tuple[tuple, tuple]:
+        """(before, after): the hooks this walk needs, in order, and none it does not."""
+        plan, before, after = self.plan, [], []
+        if any(fn.hooks or fn.retains is not None for fn in plan.nodes):
+            before.append(self.node_hooks)
+        if self.wanted:
+            before.append(self.capture)
+        if watching:  # the clock starts last before a backward; the observers hear of it first after
+            before.append(self.start_clock)
+            after.append(self.announce)
+        if not plan.retain_graph:
+            after.append(self.release)
+        if plan.delivers:
+            after.append(self.deliver_early)
+        return tuple(before), tuple(after)
+
+    def node_hooks(self, fn: Function, g: Any) -> Any:
+        """The hooks of the tensor `fn` made, then `retain_grad`'s: `.grad` keeps the gradient that
+        flows on, whatever the order the hooks were registered in (as in PyTorch)."""
+        if not fn.hooks and fn.retains is None:
+            return g
+        raw = not self.create_graph
+        t = self.wrap(g, fn.backend) if raw else g
         t = run_hooks(fn.hooks, t, f"the output of {fn.name}")
-    kept = fn.retains() if fn.retains is not None else None
-    if kept is not None:
-        kept.grad = t if kept.grad is None else kept.grad + t
-    return t.data if raw else t
+        kept = fn.retains() if fn.retains is not None else None
+        if kept is not None:
+            kept.grad = t if kept.grad is None else kept.grad + t
+        return t.data if raw else t
 
+    def capture(self, fn: Function, g: Any) -> Any:
+        if fn in self.wanted:  # tx.grad's answer for a tensor made by an op: the gradient its node takes
+            self.captured[id(self.wanted[fn])] = g
+        return g
 
-def run_hooks(hooks: Sequence[Callable], g: Any, what: str) -> Any:
-    """Call each hook with the gradient (a Tensor); a returned tensor replaces it, and must keep
-    its shape and dtype: everything after it (`.grad`, the optimizer) expects them."""
-    for hook in hooks:
-        replaced = hook(g)
-        if replaced is None:
-            continue
-        if replaced.shape != g.shape or replaced.dtype != g.dtype:
-            raise RuntimeError(f"a hook on {what} returned a gradient of shape {replaced.shape}, dtype "
-                               f"{replaced.dtype} for one of shape {g.shape}, dtype {g.dtype}; a hook may "
-                               "change the gradient's values, not its shape or dtype")
-        g = replaced
-    return g
+    def start_clock(self, fn: Function, g: Any) -> Any:
+        self.began = perf_counter()
+        return g
 
+    def announce(self, i: int, fn: Function, g: Any, gs: tuple | None) -> None:
+        """Show the observers the step: what backward returned for each input it sends to (None
+        for the others; before a broadcast is summed back, as the plan's route says), and its time."""
+        if g is not None:
+            seconds, sent = perf_counter() - self.began, [None] * len(gs)
+            for k, _, _ in self.plan.routes[i]:
+                sent[k] = gs[k]
+            observers.show_backward(fn, g, sent, seconds)
 
-class LeafSink:
-    """Where a walk's gradients end: the leaves' `.grad`, or, for `tx.grad`, the tensors asked
-    for. `tx.jit`'s replay of a backward delivers through one as well.
+    def release(self, i: int, fn: Function, g: Any, gs: tuple | None) -> None:
+        fn.release()  # its inputs and saved arrays: no later step reads them
 
-    Leaf k's gradient is summed at `grads[first + k]` while the walk runs and delivered once
-    (`deliver`: its hooks, then `.grad`, then its post-accumulate-grad hooks), so its hooks see
-    the whole gradient. `finish` delivers the leaves not delivered yet, in the plan's order,
-    then runs the callbacks queued during the walk (`queue_callback`). While it is entered
-    (`with`), it is the walk now running.
-    """
-
-    def __init__(self, leaves: Sequence[Any], grads: list, first: int, wrap: Callable,
-                 create_graph: bool = False, targets: Sequence[Any] | None = None):
-        self.leaves, self.grads, self.first, self.wrap = leaves, grads, first, wrap
-        self.create_graph, self.targets = create_graph, targets
-        self.captured: dict[int, Any] = {}  # tx.grad: id of a tensor asked for -> its gradient
-        self.owned: set[int] = set()  # the arrays a leaf's .grad holds (see _own)
-        self.callbacks: list = []  # see queue_callback
-
-    def __enter__(self) -> "LeafSink":
-        _walks.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _walks.pop()
-
-    def deliver(self, k: int) -> None:
-        """Give leaf `k` its summed gradient, if it got one (none: every use sent None)."""
-        g, leaf = self.grads[self.first + k], self.leaves[k]
-        if g is None:
-            return
-        self.grads[self.first + k] = None
-        if leaf._hooks:
-            raw = not self.create_graph
-            t = run_hooks(leaf._hooks, self.wrap(g, leaf.backend) if raw else g, f"the leaf {_leaf_name(leaf)}")
-            g = t.data if raw else t
-        if self.targets is not None:
-            self.captured[id(leaf)] = g
-            return
-        g = g if self.create_graph else self.wrap(_own(g, self.owned, leaf.backend), leaf.backend)
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
-        for hook in leaf._ready_hooks:
-            hook(leaf)
-
-    def finish(self) -> list | None:
-        """Deliver the rest; the gradients asked for (`tx.grad`), or None after the callbacks ran."""
-        for k in range(len(self.leaves)):
+    def deliver_early(self, i: int, fn: Function, g: Any, gs: tuple | None) -> None:
+        for k in self.plan.delivers.get(i, ()):  # no later step sends to these: their hooks run now
             self.deliver(k)
-        if self.targets is not None:
-            got = [self.captured.get(id(t)) for t in self.targets]
-            if self.create_graph:
-                return got
-            return [None if g is None else self.wrap(g, t.backend) for g, t in zip(got, self.targets)]
-        for callback in self.callbacks:
-            callback()
-        return None
-
-
-def _own(g: Any, owned: set, backend: Any) -> Any:
-    """`g` itself if no other leaf holds it and it is a plain writeable array, else a copy.
-
-    An op may hand the same array to two inputs (`a + b` gives both g); copying
-    then keeps one leaf's `.grad` from changing when another's is edited in place.
-    """
-    base = getattr(g, "base", None)
-    writeable = getattr(getattr(g, "flags", None), "writeable", True)  # CuPy flags have no writeable
-    if id(g) in owned or base is not None or not writeable:
-        g = backend.xp.array(g, copy=True)
-    owned.add(id(g))
-    return g
-
-
-_walks: list[LeafSink] = []  # the walks running now (a hook may start another)
-
-
-def queue_callback(callback: Callable[[], None]) -> None:
-    """Call `callback()` once the walk now running has delivered every gradient (once
-    per walk, however often it is queued). DataParallel waits for its all-reduces there,
-    so that `loss.backward()` returns with the averaged gradients in place."""
-    if not _walks:
-        raise RuntimeError("queue_callback outside backward: call it from a gradient hook")
-    callbacks = _walks[-1].callbacks
-    if callback not in callbacks:
-        callbacks.append(callback)

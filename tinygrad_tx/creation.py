@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import get_backend, host_rng
+from .backends import get_backend, host_rng
 from .tensor import DEFAULT_DTYPE, Tensor
 
 

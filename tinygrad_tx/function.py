@@ -40,15 +40,17 @@ Everything an op needs is in this section; `ops/unary.py` is the shortest worked
    indexing `g[i]`; methods `.sum(axis=, keepdims=)`, `.reshape`, `.transpose`,
    `.swapaxes`, `.astype`, `.shape`/`.ndim`/`.dtype`; and from `self.xp` only
    the functions `TensorMath` (tensor.py) provides (`exp log sqrt tanh sign where
-   broadcast_to ones_like`). Under `backward(create_graph=True)` the engine calls the same
-   backward with Tensors and `self.xp` set to those functions (`self.creating_graph` is
-   then True), so every step of the gradient is itself recorded. A fused op whose fast
-   backward needs more (in-place updates, `scatter_add`, other `xp` functions) branches
-   on `self.creating_graph` and builds its gradient from differentiable ops there (what
-   forward saved is a constant then: take it again from the inputs, as nodes, e.g.
-   `Softmax.apply(x)`; ops/fused.py). Every op of the registry is differentiable twice, and a
-   test checks it; `OnceDifferentiable` is left for `tx.jit`'s whole-replay node, through
-   which a second derivative raises a clear error.
+   broadcast_to ones_like matmul`; a product of arrays is `self.xp.matmul(a, b)`, which a
+   CUDA graph's capture swaps, where CuPy's own `a @ b` could not be). Under
+   `backward(create_graph=True)` the engine calls the same backward with Tensors and
+   `self.xp` set to those functions (`self.creating_graph` is then True), so every step of
+   the gradient is itself recorded. Write the gradient once. What forward saved is a
+   constant on Tensors: take it again from the inputs, as a node (`Softmax.apply(x)` when
+   `self.creating_graph`, ops/fused.py). A gradient that is an op of its own (a scatter-add)
+   runs as one through `grad_op`, and a fused op whose gradient is fast only in place names
+   that version with `@fast_backward` (both in ops/twice.py). Every op of the registry is
+   differentiable twice, and a test checks it; `OnceDifferentiable` is left for `tx.jit`'s
+   whole-replay node, through which a second derivative raises a clear error.
 
 5. **Give users a way in**: a Tensor method (`tensor.py`) or a function
    (`functional.py`) that checks arguments, lifts numbers with `x._pair`, and calls
@@ -82,7 +84,7 @@ from time import perf_counter
 from typing import Any, Sequence
 
 from . import observers
-from .backend import DeviceError
+from .backends import DeviceError
 
 REGISTRY: dict[str, type["Function"]] = {}
 """Every differentiable op by name; the test suite checks each has a gradcheck case and a docstring."""

@@ -6,6 +6,7 @@ needs; the layers in `tinygrad_tx.nn` hold parameters and call these.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
 import numpy as np
@@ -79,9 +80,23 @@ def as_ids(ids: Any, device: str, what: str = "ids", ndim: int | None = None) ->
 
 
 def embedding(ids: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """`weight[ids]` for integer `ids` of any shape: (...,) -> (..., D)."""
+    """`weight[ids]` for integer `ids` of any shape: (...,) -> (..., D). The uses of row
+    `padding_idx` (negative: counted from the end) send no gradient back."""
     ids = as_ids(ids, weight.device, "embedding: ids")
-    return Embedding.apply(weight, ids, padding_idx=padding_idx)
+    return Embedding.apply(weight, ids, padding_idx=padding_row(padding_idx, weight.shape[0]))
+
+
+def padding_row(padding_idx: Any, num: int) -> int | None:
+    """`padding_idx` as the row it names in a table of `num` rows, a negative one counted from
+    the end as in PyTorch (None stays None); refused here, at the call, when it names no row."""
+    if padding_idx is None:
+        return None
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral):
+        raise TypeError(f"embedding: padding_idx must be a whole number or None, not {padding_idx!r}")
+    if not -num <= padding_idx < num:
+        raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for a table of {num} rows "
+                         f"(from {-num} to {num - 1})")
+    return int(padding_idx) % num
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:

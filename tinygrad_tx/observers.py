@@ -2,7 +2,7 @@
 
 An observer (`tx.inspect`'s profiler, trace and anomaly finder, the explorer, `tx.jit`'s
 recorder) is an `Observer` on the list `active` for the length of a `with` block. The engine
-tells every observer the same five things, through the `show_*` functions and `replayable`
+tells every observer the same six things, through the `show_*` functions and `replayable`
 below, each calling the `Observer` method of the same name:
 
 - `forward`: an op ran forward (the profiler times it, the anomaly finder checks its output,
@@ -14,16 +14,19 @@ below, each calling the `Observer` method of the same name:
   how many seconds (the profiler times it, the jit makes it again at each replay);
 - `read`: a value left the graph (read on the host, or cast or copied outside ops; the
   profiler counts them: on CUDA a host read waits for the device; the jit refuses them);
-- `collective`: data parallelism spent time communicating during backward (the profiler).
+- `collective`: data parallelism spent time communicating during backward (the profiler);
+- `changed`: state changed outside ops and replayable calls, where that is rare: a hook
+  registered on a leaf, an observer turned on (the jit refuses it: a replay would not do it
+  again).
 
-What only the jit needs to see while it records (writes to `.data` and `.grad`, hooks
-registered, modules called, optimizers made, instruments turned on, the host generator
-drawn from) it watches itself, from `tinygrad_tx/jit/watch.py` and its recorder, only while a
-recording runs: none of it is announced from the engine.
+What only the jit needs to see while it records on paths too hot to announce (writes to
+`.data` and `.grad`, attributes of optimizers set), and the modules called (which `nn` does
+not announce), it watches itself, from `tinygrad_tx/jit/watch.py`, only while a recording
+runs (its opening says why); the host generator's draws its recorder checks itself.
 
 With no observer on, `active` is empty and costs next to nothing: the two hot paths, an op's
 forward and a backward step, check `if observers.active:` once; the rarer announcements
-(a read, a replayable call) check the same list.
+(a read, a replayable call, a change) go through the same list.
 
 This module imports nothing from the engine, so every layer, the backend included, may
 announce through it.
@@ -48,6 +51,7 @@ class Observer:
     (or `replayable`) of the same name."""
 
     def __enter__(self):
+        show_changed(f"{type(self).__name__} turned on")  # to those already on: a jit recording refuses it
         active.append(self)
         return self
 
@@ -64,8 +68,9 @@ class Observer:
         `tx.grad`'s tensors, else None."""
 
     def backward(self, fn: Any, grad: Any, grads: list, seconds: float) -> None:
-        """After a step of the plan ran `fn.backward` in `seconds`; `grads`: what it sent to each
-        input (summed back to the input's shape; None where it sent nothing)."""
+        """After a step of the plan ran `fn.backward(grad, ...)` in `seconds`; `grads`: what it
+        returned for each input it sends to (None for the others), before a broadcast is summed
+        back to the input's shape (the plan's route says where: `sum_to`)."""
 
     def backward_end(self) -> None:
         """After the walk announced by `backward_begin` finished (or failed)."""
@@ -79,6 +84,10 @@ class Observer:
 
     def collective(self, name: str, seconds: float) -> None:
         """When data parallelism spent `seconds` communicating (`name`: "all_reduce")."""
+
+    def changed(self, how: str) -> None:
+        """When state changed outside ops and replayable calls (`how`: "a hook registered on a
+        tensor of shape (2, 2)", "profile turned on")."""
 
 
 def show_forward(fn: Any, inputs: tuple, params: dict, output: Any, seconds: float, recorded: bool) -> None:
@@ -109,6 +118,11 @@ def show_read(t: Any, how: str) -> None:
 def show_collective(name: str, seconds: float) -> None:
     for observer in tuple(active):
         observer.collective(name, seconds)
+
+
+def show_changed(how: str) -> None:
+    for observer in tuple(active):
+        observer.changed(how)
 
 
 def replayable(function: Callable) -> Callable:

@@ -28,8 +28,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from .observers import replayable
-from .backend import backend_of
-from .fused_adam import adam_kernel
+from .backends import backend_of
+from .backends.fused_adam import adam_kernel
 from .tensor import Tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm"]

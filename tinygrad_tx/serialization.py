@@ -22,8 +22,8 @@ Each refusal is one `LoadError` line; raise the limits (module attributes) to lo
 larger file you trust.
 
 Saving writes a temporary file in the same directory, flushes it to disk, then renames
-it over the target (atomic on POSIX and Windows): a crash mid-save leaves the previous
-file as it was.
+it over the target (`files.write_atomically`): a crash, a full disk or a read-only file
+system mid-save leaves the previous file as it was, and the OSError names `path`.
 """
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ import io
 import json
 import math
 import os
-import uuid
 import warnings
 import zipfile
 import zlib
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from .files import write_atomically
 from .tensor import Tensor
 
 SEPARATOR = "/"
@@ -208,37 +208,6 @@ def _write_npz(file: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
         for name, array in arrays.items():
             with archive.open(name + ".npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
-
-
-def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(file)` on a temporary file beside `path`, fsync it, then rename it over `path`.
-
-    The temporary file is made with plain `open(..., "xb")`, so it gets the permissions
-    every other file gets (0666 less the umask; `mkstemp` would make it 0600)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(temporary, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename itself survive a power cut (POSIX; Windows cannot open a directory)."""
-    if os.name == "posix":
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import observers, ops
-from .backend import Backend, backend_of, get_backend
+from .backends import Backend, backend_of, get_backend
 from .backward import backward as run_backward, sum_to
 from .function import in_place
 
@@ -166,10 +166,9 @@ class Tensor:
 
     # -- autograd --------------------------------------------------------------------
     def backward(self, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        """Accumulate d self / d leaf into every leaf's `.grad`: the walk is `backward.py`.
-
-        With create_graph=True the graph is kept as well (as in PyTorch): the new
-        `.grad` tensors are computed from it, so differentiating them walks it again."""
+        """Accumulate d self / d leaf into every leaf's `.grad` (the walk: `backward.py`). With
+        create_graph=True the graph is kept as well (as in PyTorch): the new `.grad` tensors are
+        computed from it, so differentiating them walks it again."""
         run_backward(self, self._seed(grad), retain_graph or create_graph, create_graph, TENSOR_MATH)
 
     def _seed(self, grad: Any) -> "Tensor":
@@ -194,6 +193,7 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("register_hook on a tensor that does not require grad")
         if self.grad_fn is None:
+            observers.show_changed(f"a hook registered on a tensor of shape {self.shape}")  # outside the graph
             self._hooks = (*self._hooks, hook)
         else:
             self.grad_fn.hooks = (*self.grad_fn.hooks, hook)
@@ -208,6 +208,7 @@ class Tensor:
         """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook needs a leaf that requires grad")
+        observers.show_changed(f"a post-accumulate-grad hook registered on a tensor of shape {self.shape}")
         self._ready_hooks = (*self._ready_hooks, hook)
 
     def retain_grad(self) -> None:
@@ -402,6 +403,7 @@ class TensorMath:
     sqrt = staticmethod(lambda x: x.sqrt())
     tanh = staticmethod(lambda x: x.tanh())
     broadcast_to = staticmethod(lambda x, shape: x.expand(shape))
+    matmul = staticmethod(lambda a, b: a @ b)
     sign = staticmethod(lambda x: Tensor._from_op(x.backend.xp.sign(x.data), x.backend))  # a constant
     ones_like = staticmethod(lambda x: Tensor._from_op(x.backend.xp.ones_like(x.data), x.backend))  # a constant
     where = staticmethod(lambda cond, a, b: where(cond, a, b))

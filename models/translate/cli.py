@@ -3,6 +3,8 @@
 
 Errors in what the user gave (unknown task, bad file, missing checkpoint, no GPU)
 print one line saying what is wrong and exit with status 2; nothing is overwritten.
+A file the system will not let it read or write (a full disk, a read-only file
+system) is one line naming the file and the reason, and exit status 1.
 
 `mpiexec -n N python -m models train ...` trains data-parallel on N processes, or with
 `--members N` an ensemble of N models, one a process (see models/translate/training.py);
@@ -19,6 +21,7 @@ from dataclasses import fields
 
 import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
+from tinygrad_tx.files import os_error_line
 
 from .corpus import Sources, describe, group_references, normalise, read_corpus, text_lines
 from ..text.data import EOS, DataError
@@ -75,6 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `python -m models tasks | head -1`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail again
         sys.exit(1)
+    except OSError as e:  # the system refused: a full disk, a read-only file system, a path that cannot be made
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        dist.exit(1)  # every file written whole or not at all (files.py): what was kept is intact
 
 
 def take_device_and_threads(args: argparse.Namespace) -> None:

@@ -37,11 +37,14 @@ from tinygrad_tx.inspect.explorer.export import check_page_path, write_page
 from tinygrad_tx.inspect.explorer.params import text, whole
 
 from .corpus import normalise
-from ..text.data import BOS_ID, EOS, EOS_ID, PAD, PAD_ID, encode_pairs, pad
+from ..text.data import BOS_ID, EOS, EOS_ID, PAD_ID, encode_pairs, pad
 from ..transformer import Transformer
 from .evaluation import InputTooLong, encode_sources, translate
-from .explore_files import CHECKPOINTS, Checkpoints, RunFiles, read_run_files, stamp
-from .explore_tour import tour
+from .explore_files import CHECKPOINTS, Checkpoints, Damaged, RunFiles, read_run_files, stamp
+from .explore_labels import predictions, token_labels
+from .explore_tour import tour, training_mode, update_stops
+from .explore_update import UpdateViews
+from .layer_stats import STATS
 from .run import MEMBERS, RunError, chosen_decoding, members, read_metrics
 from ..beam_tree import BeamTree
 from ..ensemble import Ensemble
@@ -59,7 +62,9 @@ def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
     A run with no checkpoint yet is served at once."""
     views = RunViews(read_run_files(Path(directory)), device)
     return Explorer(get={**step_endpoints(views.record), "/api/info": views.info, "/api/metrics": views.metrics,
-                         "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour},
+                         "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour,
+                         "/api/update": views.update, "/api/update_param": views.update_param,
+                         "/api/layer_stats": views.layer_stats},
                     post={"/api/translate": views.translate},
                     streams={"/api/events/metrics": views.metric_events})
 
@@ -71,18 +76,23 @@ def save_page(directory: str | Path, path: str | Path, device: str = "cpu") -> S
     views = RunViews(read_run_files(Path(directory)), device)
     try:
         answers = views.answers()
+    except Damaged as e:
+        raise RunError(f"nothing to save: {e}") from None
     except Waiting as e:
         raise RunError(f"nothing to save yet: {e}") from None
     return write_page(answers, path)
 
 
-class RunViews:
-    """The endpoints of one run (each takes the request's parameters and returns JSON)."""
+class RunViews(UpdateViews):
+    """The endpoints of one run (each takes the request's parameters and returns JSON); those of
+    the update and of the statistics over training are `UpdateViews`'."""
 
     def __init__(self, files: RunFiles, device: str = "cpu"):
         self.files = files
         self.checkpoints = Checkpoints(files, device)
         self._record: tuple[dict, StepRecord] | None = None
+        self._update = None  # (the record's about, its UpdateRecord), made when first asked for
+        self._stats_cache: dict = {}  # the statistics of the run's snapshots, while they stay as they are
 
     def _decoding(self) -> tuple[int, float]:
         """The beam width and length penalty the run chose on its validation set (the defaults
@@ -93,7 +103,7 @@ class RunViews:
         settings = self.files.settings.get("settings", {})
         what = settings.get("task") or settings.get("data") or "?"
         return {"title": f"{self.files.directory.name}: {what}",
-                "views": ["graph", "translate", "training", "compiled"],
+                "views": ["graph", "update", "translate", "training", "compiled"],
                 "example": self.files.valid[0][0], "beam": self._decoding()[0], "max_beam": MAX_BEAM,
                 "live": True, "tour": True}
 
@@ -104,9 +114,11 @@ class RunViews:
         if self._record is None or self._record[0] is not about:
             self.batch = batch = self._batch()
             # a partial, not a closure: no frame of the explorer's between the loss line and the model's
-            record = StepRecord(partial(self._training_loss, model, *batch), (),
-                                labels=_token_labels(batch, self.files))
-            record.about = about
+            record = StepRecord(partial(self._training_loss, model, *batch), ())
+            record.labels = token_labels(record, batch, self.files)  # heat-maps read as text (explore_labels.py)
+            record.readings = predictions(record, batch, self.files)
+            record.about = {**about, "mode": training_mode(model)}
+            self.model = model
             self._record = (about, record)
         return self._record[1]
 
@@ -132,9 +144,12 @@ class RunViews:
     def tour(self, params: dict) -> dict:
         try:
             record = self.record()
+            update = self.update_record()
         except Waiting as e:
             return {"waiting": str(e)}
-        return {"stops": tour(record, self.files, self.batch), "shows": record.about}
+        stops = tour(record, self.files, self.batch)
+        return {"stops": stops + update_stops(update.summary(self._parameter_nodes()), len(stops)),
+                "shows": record.about}
 
     # -- translate -------------------------------------------------------------------------
     def translate(self, params: dict) -> dict:
@@ -210,13 +225,14 @@ class RunViews:
 
     def metric_events(self, params: dict) -> Iterator[dict]:
         """The run's news: the records of metrics.jsonl as they are appended, the list of kept
-        checkpoints and a version of last.npz and best.npz (which change when `train` writes them
-        again): all of it first, then whenever something changed (and an empty event every
+        checkpoints and a version of last.npz, best.npz and layer_stats.jsonl (which change when
+        `train` writes them again): all of it first, then whenever something changed (and an empty event every
         KEEP_ALIVE_S, by which the server learns that a tab was closed)."""
         path, sent, size, seen, quiet = self.files.directory / "metrics.jsonl", 0, -1, None, 0.0
         while True:
             now, kept = (path.stat().st_size if path.is_file() else 0), self.checkpoints.names()
-            versions = {name: "-".join(map(str, stamp(self.files.directory / name) or ())) for name in CHECKPOINTS}
+            versions = {name: "-".join(map(str, stamp(self.files.directory / name) or ()))
+                        for name in (*CHECKPOINTS, STATS)}
             if now != size or (kept, versions) != seen or quiet >= KEEP_ALIVE_S:
                 records = read_metrics(path) if now != size else []
                 if len(records) < sent and now != size:  # rewritten shorter (a resumed run): start again
@@ -254,7 +270,10 @@ class RunViews:
         example sentence, the curves and that sentence's attention at each kept checkpoint."""
         info = self.info({})
         answers = {**step_answers(self.record(), info["title"]), "/api/info": {**info, "live": False},
-                   "/api/tour": self.tour({}), "/api/metrics": self.metrics({})}
+                   "/api/tour": self.tour({}), "/api/metrics": self.metrics({}), "/api/update": self.update({}),
+                   "/api/layer_stats": self.layer_stats({})}
+        for row in answers["/api/update"].get("params", []):
+            answers[f"/api/update_param?{_query(name=row['name'])}"] = self.update_param({"name": row["name"]})
         request = {"sentence": info["example"], "beam": info["beam"]}
         answers["POST /api/translate " + _key(request)] = self.translate(request)
         for name in answers["/api/metrics"]["checkpoints"]:
@@ -271,25 +290,6 @@ def _key(body: dict) -> str:
 def _query(**params: str) -> str:
     """A query string as the page's encodeURIComponent writes it."""
     return "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
-
-
-def _token_labels(batch: tuple, files: RunFiles):
-    """Heat-map row labels for the step's arrays: for an array (B, ..., L, x) of this batch whose
-    L is the source length S or the target length T, the pieces of the first pair at each
-    position (<pad> where it is padding). Where S == T the two cannot be told apart by shape:
-    the rows are then numbered, and marked <pad> where both sides are padding."""
-    src, tgt_in, _ = batch
-    batch_size, (S, T) = len(src), (src.shape[1], tgt_in.shape[1])
-    source = [files.src_vocab.tokens[i] for i in src[0]]
-    target = [files.tgt_vocab.tokens[i] for i in tgt_in[0]]
-    by_length = {S: source, T: target} if S != T else {
-        S: [PAD if a == b == PAD else str(i) for i, (a, b) in enumerate(zip(source, target))]}
-
-    def labels(shape: tuple, nid: str | None = None) -> tuple:
-        if len(shape) >= 3 and shape[0] == batch_size:
-            return by_length.get(shape[-2]), None
-        return None, None
-    return labels
 
 
 def attention(model, src, out_ids: list[int], pieces: list[str], out_pieces: list[str]) -> list[dict]:

@@ -4,7 +4,8 @@
 tokenizers, held-out pairs); `Checkpoints` gives the model of a checkpoint as the file
 is now, loading it again whenever `train` wrote it again, and says which checkpoint
 and step it is. A checkpoint that is not there yet (before the run's first validation)
-is `Waiting`, which the page shows as such.
+is `Waiting`, which the page shows as such; one that is there but does not read is
+`Damaged`, and the newest checkpoint that reads is shown in its place, saying so.
 """
 from __future__ import annotations
 
@@ -73,6 +74,8 @@ class Checkpoints:
     def __init__(self, files: RunFiles, device: str):
         self.files, self.device = files, device
         self._loaded: dict[str, tuple[tuple, Transformer, dict]] = {}  # name -> (stamp, model, about)
+        self._training: dict[str, dict] = {}  # name -> the loaded file's optimizer, schedule and step
+        self._shown_instead: dict[str, tuple] = {}  # a damaged name -> (its stamp, the other's about, about shown)
 
     def names(self) -> list[str]:
         """The snapshots of `train --snapshots` in step order, then last.npz and best.npz: the names
@@ -83,8 +86,23 @@ class Checkpoints:
 
     def get(self, name: str, what: str, missing: str | None = None) -> tuple[Transformer, dict]:
         """The model of checkpoint `name` as it is now, and {"checkpoint", "step"}; `Waiting` (saying
-        that `what` waits for it) when the file is not there yet or cannot be read: `missing` says
-        why it is not there, if not because the run has not validated yet."""
+        that `what` waits for it) when the file is not there yet: `missing` says why it is not
+        there, if not because the run has not validated yet. A last.npz or best.npz that does not
+        read is damaged (`train` writes each whole, so no later look will read it): the newest
+        checkpoint that reads is shown instead, its "damaged" saying so; `Damaged` if none reads."""
+        try:
+            return self._get(name, what, missing)
+        except Damaged as damage:
+            if name not in CHECKPOINTS:
+                raise
+            return self._instead(name, what, damage)
+
+    def training_state(self, name: str) -> dict:
+        """What checkpoint `name`, as `get` last loaded it, holds beside the weights (optimizer,
+        schedule, step): {} for a snapshot, which holds the weights alone."""
+        return self._training.get(name, {})
+
+    def _get(self, name: str, what: str, missing: str | None = None) -> tuple[Transformer, dict]:
         path = self.files.directory / name
         for _ in range(3):  # a file replaced while it was read is read again
             version = stamp(path)
@@ -96,7 +114,7 @@ class Checkpoints:
             try:
                 state = load_checkpoint(path)
             except RunError as e:
-                raise Waiting(f"{e}; {what} waits for the next checkpoint") from None
+                raise Damaged(str(e)) from None
             if stamp(path) == version:
                 break
         model = self._model(state, path)
@@ -104,25 +122,69 @@ class Checkpoints:
         step = int(snapshot[1]) if snapshot else int(state["step"]) if "step" in state else None
         self._loaded.pop(name, None)
         self._loaded[name] = (version, model, {"checkpoint": name, "step": step})
+        self._training[name] = {key: value for key, value in state.items() if key != "weights"}
         while len(self._loaded) > LOADED:  # the one looked at longest ago goes
-            del self._loaded[next(iter(self._loaded))]
+            gone = next(iter(self._loaded))
+            del self._loaded[gone]
+            self._training.pop(gone, None)
         return self._loaded[name][1:]
+
+    def _instead(self, name: str, what: str, damage: Damaged) -> tuple[Transformer, dict]:
+        """For a damaged `name`: the newest checkpoint of the run that reads (the highest step; at
+        one step, best.npz or last.npz before a snapshot), its "damaged" saying what happened."""
+        version, kept = stamp(self.files.directory / name), self._shown_instead.get(name)
+        if kept and kept[0] == version:  # the same answer object while nothing changed: views made from it stay
+            try:
+                model, about = self._get(kept[1]["checkpoint"], what)
+                if about is kept[1]:
+                    return model, kept[2]
+            except Waiting:
+                pass
+        found = None
+        for other in reversed(self.names()):  # best.npz and last.npz, then the snapshots from the newest
+            step = _snapshot_step(other)
+            if other == name or (found and 0 <= step <= (found[1]["step"] or -1)):
+                continue
+            try:
+                model, about = self._get(other, what)
+            except Waiting:
+                continue
+            if found is None or (about["step"] or -1) > (found[1]["step"] or -1):
+                found = model, about
+        if found is None:
+            raise Damaged(f"{damage}, and no other checkpoint of the run reads")
+        model, about = found
+        shown = {**about, "damaged": f"{damage}. Shown instead: {about['checkpoint']}, step {about['step']}, "
+                                     "the newest checkpoint of the run that reads"}
+        self._shown_instead[name] = (version, about, shown)
+        return model, shown
 
     def _model(self, state: dict, path: Path) -> Transformer:
         try:
             model = Transformer.from_state(state, path)
         except (KeyError, TypeError, ValueError) as e:
-            raise Waiting(f"{path} does not hold a usable model: {e}") from None
+            raise Damaged(f"{path} does not hold a usable model: {e}") from None
         files = self.files
         try:
             check_vocabularies(files.directory, (model.config.src_vocab, model.config.tgt_vocab),
                                files.src_vocab, files.tgt_vocab)
         except RunError as e:
-            raise Waiting(str(e)) from None
+            raise Damaged(str(e)) from None
         return model.to(self.device).eval()
 
     def _every(self) -> str:
         return str(self.files.settings.get("settings", {}).get("eval_every", "?"))
+
+
+class Damaged(Waiting):
+    """A checkpoint that is there but does not read (cut short, or not a model): said as such,
+    never as one to wait for."""
+
+
+def _snapshot_step(name: str) -> int:
+    """The step of a snapshot by its name; -1 for last.npz and best.npz (their step is inside)."""
+    match = SNAPSHOT.fullmatch(name)
+    return int(match[1]) if match else -1
 
 
 def stamp(path: Path) -> tuple | None:

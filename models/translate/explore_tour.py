@@ -11,12 +11,15 @@ does not have (another layout) is left out.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
 import numpy as np
 
+from tinygrad_tx import optim
 from tinygrad_tx.inspect.explorer import StepRecord
+from tinygrad_tx.inspect.explorer.words import signed
 
 from ..text.data import PAD, PAD_ID
 
@@ -89,7 +92,7 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         stop("6. The decoder reads what it has written", causal, "value",
              f"The decoder reads the target shifted right, <bos> first ({' '.join(fed)}), and its self-attention "
              "is causal: position i may look only at positions up to i, so it cannot peek at the piece it must "
-             f"predict. Every weight above the diagonal of head 0 is {above:.2g}.")
+             f"predict. The largest weight above the diagonal of head 0 is {above:.2g}.")
     cross = find("Attention", "decoder.layers.0.cross_attn")
     if cross:
         p = host(record.saved_of(cross)["p"])[0, 0]  # (T, S)
@@ -122,13 +125,14 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
                 if smoothing else "") + f". Here it is {value(loss).item():.3f}; a model guessing uniformly would "
              f"score log {z.shape[-1]} = {math.log(z.shape[-1]):.2f}.")
         g = grad(logits)[0, 0]  # (V,)
-        wrong = int(np.argmax(np.where(np.arange(len(g)) == right, -np.inf, g)))  # the wrong piece pushed down most
+        wrong = int(np.argmax(np.where(np.arange(len(g)) == right, -np.inf, g)))  # the wrong piece with the most
+        aim = 1 - smoothing + smoothing / len(g)  # the right piece's target probability, smoothed
+        padded = real < t.size
         stop("10. Backward starts at the loss", logits, "grad",
              "Backward asks how the loss changes with every number that made it, walking the graph from the loss "
-             "back to the weights. The loss sends the scores (softmax − target) / n: at position 0 the right "
-             f"piece's score gets {g[right]:.3g} (negative: raising it lowers the loss) and the wrong piece “"
-             f"{files.tgt_vocab.tokens[wrong]}” {g[wrong]:.3g} (positive: lowering it does). Padded positions "
-             "get exactly 0.", "backward")
+             "back to the weights. The loss sends the scores (softmax − target) / n: at position 0 "
+             + score_gradients(g[right], g[wrong], prob[0, right], aim, files.tgt_vocab.tokens[wrong])
+             + (" Padded positions get exactly 0." if padded else ""), "backward")
     if cross and record.gradient(cross) is not None:
         stop("11. Back through attention", cross, "grad",
              f"The gradient reaching cross-attention's output (norm {np.linalg.norm(grad(cross)):.3g}) is split "
@@ -146,9 +150,20 @@ def tour(record: StepRecord, files: Any, batch: tuple) -> list[dict]:
         used = int((np.abs(g).sum(axis=1) > 0).sum())
         stop("13. Into the embedding table", table, "grad",
              f"Only the rows of pieces that occur in the batch receive a gradient: {used} of {g.shape[0]} rows "
-             "are not zero. The optimizer now moves every weight a little against its gradient; that is one "
-             "step of training, and the run repeats it thousands of times.", "backward")
+             "are not zero. Every weight now has its gradient: next, the optimizer moves them.", "backward")
     return stops
+
+
+def score_gradients(right: float, wrong: float, p: float, aim: float, wrong_piece: str) -> str:
+    """What the loss sends the right piece's score and the wrong piece's, the words following each sign:
+    with label smoothing the right piece's gradient is positive once its p is above its target `aim`."""
+    return (f"the right piece's score gets {right:+.3g} "
+            + signed(right, f"(positive: its p = {p:.4g} is already above its target {aim:.4g}, so lowering it "
+                            "lowers the loss)", "(negative: raising it lowers the loss)",
+                     "(zero: the loss is flat there)")
+            + f" and the wrong piece “{wrong_piece}” {wrong:+.3g} "
+            + signed(wrong, "(positive: lowering it lowers the loss).", "(negative: raising it lowers the loss).",
+                     "(zero: the loss is flat there)."))
 
 
 def _finder(record: StepRecord):
@@ -164,3 +179,41 @@ def _finder(record: StepRecord):
 
 def _vector(v: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.2f}" for x in v[:4]) + (", …]" if len(v) > 4 else "]")
+
+
+# -- the update: the step's end ---------------------------------------------------------------
+
+def training_mode(model: Any) -> str:
+    """How the step graph's forward ran, in words: dropout's rates as the model has them."""
+    cfg = model.config
+    rates = {"dropout": cfg.dropout, "attention": cfg.attention_p, "feed-forward": cfg.activation_p}
+    if not any(rates.values()):
+        return "training mode: no dropout (its rates are 0)"
+    return "training mode: " + ", ".join(f"{name} {p:g}" for name, p in rates.items()) + ", seeded"
+
+
+def optimizer_rule(name: str) -> str:
+    """The update rule of optimizer `name`, as its class's docstring states it."""
+    cls = getattr(optim, name, None)
+    return inspect.cleandoc(cls.__doc__) if isinstance(cls, type) and cls.__doc__ else ""
+
+
+def update_stops(update: dict, before: int) -> list[dict]:
+    """The tour's last stop: the optimizer's step (`update`: `UpdateRecord.summary`), after `before`
+    stops; it shows the parameter the step moved most against its size."""
+    moved = [p for p in update["params"] if p["ratio"] is not None]
+    if not moved:
+        return []
+    most, least = max(moved, key=lambda p: p["ratio"]), min(moved, key=lambda p: p["ratio"])
+    memory = (f"its running means of each weight's gradients (m) and of their squares (v), saved after "
+              f"{update['t_saved']} steps, take in this gradient, and " if update["optimizer"].startswith("Adam")
+              else "")
+    moves = (f"Against its own size, {most['name']} moves most (‖Δw‖/‖w‖ = {most['ratio']:.2g}) and "
+             f"{least['name']} least ({least['ratio']:.2g})." if most["ratio"] > 0 else
+             "No weight moves: Δw is 0 everywhere.")
+    return [{"title": f"{before + 1}. The update", "node": most["node"], "param": most["name"], "show": "update",
+             "phase": "update",
+             "text": f"Backward is done; the step ends with the optimizer. {update['words']['clip']} "
+                     f"{update['optimizer']}: {memory}every weight moves at the learning rate {update['lr']:.3g}. "
+                     f"{moves} {update['words']['loss']} That is one step of training: the run repeats it for "
+                     "every batch."}]

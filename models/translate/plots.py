@@ -1,15 +1,17 @@
 """Pictures of a run: learning curves and cross-attention heatmaps (matplotlib, optional).
 
 Without matplotlib these return False instead of failing: pictures are a bonus,
-never a reason for a training run to crash.
+never a reason for a training run to crash. A picture is written whole or not at all
+(`write_atomically`): a full disk leaves no empty or half-drawn file behind.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from tinygrad_tx.files import check_output_path, write_atomically
 
 from .run import read_metrics
 
@@ -41,20 +43,14 @@ def plot_curves(run_dir: Path) -> bool:
     right.set(xlabel="step", ylabel="% of validation set", ylim=(0, 101), title="validation")
     right.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(run_dir / "curves.png", dpi=100)
-    plt.close(fig)
+    save(plt, fig, run_dir / "curves.png", dpi=100)
     return True
 
 
 def check_picture_path(path: str | Path) -> None:
     """Refuse, before any work is done, a picture path that `plot_attention` could not write."""
     path = Path(path)
-    if not path.resolve().parent.is_dir():
-        raise ValueError(f"--attention {path}: the directory to write it into does not exist")
-    if path.is_dir():
-        raise ValueError(f"--attention {path} is a directory, not a picture file")
-    if not os.access(path if path.exists() else path.resolve().parent, os.W_OK):
-        raise ValueError(f"--attention {path}: no permission to write it")
+    check_output_path(path, "--attention")  # a picture already there is replaced, as by any drawing program
     plt = _pyplot()
     if plt is None:
         return  # no picture will be drawn; `translate` says so
@@ -89,6 +85,13 @@ def plot_attention(weights: np.ndarray, source: Sequence[str], output: Sequence[
         ax.set_title(f"head {h}", fontsize=9)
     fig.suptitle("cross-attention, last decoder layer (rows: generated, columns: source)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(plt, fig, Path(path), dpi=110)
     return True
+
+
+def save(plt, fig, path: Path, dpi: int) -> None:
+    """`fig` as a picture file in the format its name ends in, written whole or not at all; then closed."""
+    try:
+        write_atomically(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".").lower(), dpi=dpi))
+    finally:
+        plt.close(fig)

@@ -10,6 +10,7 @@
       last.npz        the latest checkpoint: weights, optimizer, schedule, step, best score, averaging sum
       best.npz        the checkpoint with the best validation score (BLEU for a corpus, exact match for a task)
       metrics.jsonl   one JSON line per logged step
+      layer_stats.jsonl  each parameter's norms and histograms at each validation (for `explore`)
       curves.png      loss and validation accuracy (with matplotlib installed)
       train.lock      held (flock) by the one `train` writing here; empty
       members/2/      an ensemble's (train --members N) second model: its last.npz, best.npz,
@@ -18,10 +19,16 @@
 
 No RNG state is saved: dropout's generator is reseeded from the seed and the step (training.py).
 
-Every file is written to a temporary name and then renamed over the old one, so
-a crash or Ctrl-C mid-write never leaves a half-written file in place of a good one
-(metrics.jsonl, appended to line by line, is the exception: a damaged line is skipped).
-Every file read back is checked, and a damaged one is a `RunError` that names it.
+Every file is written to a temporary name and then renamed over the old one, so a
+crash, Ctrl-C, a full disk or a read-only file system mid-write never leaves a
+half-written file in place of a good one (metrics.jsonl is appended to a line at a
+time, whole or not at all; a line cut short by a crash is skipped when read). The
+files are written in an order that leaves a run `--resume` can continue however
+early the writing stops: run.json first (the mark of a run directory), then the
+files it holds checksums of; at each validation last.npz, from which `--resume`
+continues, before best.npz, which `--resume` judges by the score it holds itself
+(training.py); the pictures and snapshots last. Every file read back is checked,
+and a damaged one is a `RunError` that names it.
 One `train` at a time writes into a run directory (`claim`).
 """
 from __future__ import annotations
@@ -29,13 +36,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
 import tinygrad_tx as tx
-from tinygrad_tx.serialization import LoadError, write_atomically
+from tinygrad_tx.files import append_whole, write_atomically
+from tinygrad_tx.serialization import LoadError
 
 from .corpus import Sources, group_references, read_tsv
 from .evaluation import BEAM, LENGTH_PENALTY
@@ -50,7 +59,7 @@ LOCK = "train.lock"
 SNAPSHOTS = "snapshots"  # train --snapshots: the weights of each validation, step_N.npz
 MEMBERS = "members"  # train --members N: the checkpoints of the ensemble's models after the first
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS,
+                       "metrics.jsonl", "layer_stats.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS,
                        MEMBERS})
 
 
@@ -132,6 +141,9 @@ def fingerprint(splits: dict[str, list[Pair]]) -> str:
 def check_new_run_directory(directory: Path) -> None:
     """Refuse to start a run in `directory` unless it is new, empty, or a run directory
     (run.json says so) without a checkpoint: nothing a user owns is overwritten."""
+    if directory.is_symlink() and not directory.exists():
+        raise RunError(f"--out {directory} is a symbolic link that leads nowhere (to a missing path, or round "
+                       "in a loop)")
     if not directory.exists():
         return
     if not directory.is_dir():
@@ -158,7 +170,7 @@ def claim(directory: Path) -> IO:
     still writing (`write_atomically`'s temporaries) can only be stale once we hold the
     lock, so they are deleted here."""
     directory.mkdir(parents=True, exist_ok=True)
-    lock = open(directory / LOCK, "a")
+    lock = os.fdopen(os.open(directory / LOCK, os.O_RDONLY | os.O_CREAT, 0o666))  # flock needs no writing
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -289,14 +301,15 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def append_metrics(directory: Path, record: dict) -> None:
-    with open(directory / "metrics.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_whole(directory / "metrics.jsonl", (json.dumps(record) + "\n").encode("utf-8"))
 
 
-def keep_metrics_until(directory: Path, step: int) -> None:
-    """Forget what was logged after `step` (a resumed run is about to log those steps again)
-    and any line a crash cut short."""
-    kept = [r for r in read_metrics(directory / "metrics.jsonl") if r["step"] <= step]
+def keep_metrics_until(directory: Path, step: int, validated: bool = True) -> None:
+    """Forget what was logged after `step` (a resumed run is about to log those steps again),
+    the validation of `step` itself unless it is `validated` (it is about to run again), and
+    any line a crash cut short."""
+    kept = [r for r in read_metrics(directory / "metrics.jsonl")
+            if r["step"] < step or r["step"] == step and (validated or not any(k.startswith("valid_") for k in r))]
     write_text(directory / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
 
 

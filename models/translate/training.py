@@ -1,5 +1,4 @@
-"""The training loop of `python -m models train`: batches in, Adam steps, validation and
-checkpoints out, with checkpoints that resume exactly.
+"""The training loop of `python -m models train`: batches in; steps, validations and checkpoints out.
 
 `train_step` is the step (forward, loss, backward, clipping, Adam), run under `tx.jit` unless
 `--no-jit`: each batch shape is recorded once and every other step of that shape replays on
@@ -14,11 +13,9 @@ schedule; then logging, validation and checkpoints. What it needs besides has a 
     validating.py    a validation's scores           averaging.py   checkpoint averaging
     preparation.py   pairs, vocabularies, batches    run.py, starting.py   the run directory, claimed
 
-A run is deterministic given its seed: the data split, the initial weights, the batch order
-(a function of seed and epoch) and dropout (the device's generator is reseeded from seed and
-step before every step, so no generator state needs saving, on CPU or GPU). So an
-interrupted run resumed from its last checkpoint computes the very same losses as one that
-was never interrupted.
+A run is deterministic given its seed: the data split, the initial weights, the batch order (of
+seed and epoch) and dropout (`reseed`), so an interrupted run resumed from its last checkpoint
+computes the very same losses as one never interrupted.
 """
 from __future__ import annotations
 
@@ -33,7 +30,8 @@ import tinygrad_tx as tx
 import tinygrad_tx.distributed as dist
 from tinygrad_tx import optim
 
-from .averaging import Average, snapshot_steps
+from . import layer_stats
+from .averaging import Average, snapshot_steps, weights
 from .budget import Budget, Planner, Timing, parse_duration
 from .interrupts import stop_requests
 from .losses import doubled, rdrop_term, token_mean
@@ -41,10 +39,10 @@ from .optimization import adam, decay, stretch
 from .plots import plot_curves
 from .preparation import JIT_SHAPES, prepare
 from .ranks import check_data_agree, check_members, check_settings_agree, step_news, together
-from .run import (SNAPSHOTS, RunError, append_metrics, check_new_run_directory, create_run, keep_metrics_until,
-                  load_checkpoint, load_weights, member_directory)
+from .run import (SNAPSHOTS, RunError, append_metrics, check_new_run_directory, keep_metrics_until, load_weights,
+                  member_directory)
 from .settings import TrainSettings, run_directory
-from .starting import claim_run, read_last
+from .starting import best_saved, claim_run, new_run, read_last
 from .validating import SCORES, best_by, validation
 from ..text.data import PAD_ID
 from ..transformer import Transformer
@@ -82,6 +80,8 @@ class Trainer:
         step = train_step(self.model, self.optimizer, self.s, self.shards)
         self.model.train()
         self.tokens, self.began = 0, time.perf_counter()  # for the tokens a second
+        if self.validates and self.unsaved_best:  # resumed after a validation whose best.npz was not written
+            self.validate(progress)
         with stop_requests() as asked, self._holding_the_run():
             for batch in self.batches():  # (src, tgt_in, tgt_out) ids
                 if self.step >= self.s.steps:
@@ -93,7 +93,7 @@ class Trainer:
                     return self._stop("interrupted" if stopping else "out of time", progress)
                 if planned:
                     self._set_steps(planned)
-                    self.planned, progress.total = True, planned
+                    progress.total = planned
                     progress.refresh()
                 reseed(self.device, self.s.seed, self.step)
                 seen, real = doubled(batch, n_tokens) if self.s.rdrop else (batch, n_tokens)  # R-Drop: each pair twice
@@ -115,8 +115,7 @@ class Trainer:
                 self.lock.close()
 
     def _stop(self, outcome: str, progress) -> str:
-        """Before the steps are done: interrupted (last.npz saved), or out of time (the model it
-        has competes for best.npz)."""
+        """Interrupted (last.npz saved), or out of time (the model it has competes for best.npz)."""
         if self.validates and outcome == "interrupted":
             self.save("last.npz")
         elif self.validates and self.step % self.s.eval_every:
@@ -189,6 +188,7 @@ class Trainer:
         self.optimizer = adam(self.model.parameters(), settings)
         # a --time run chooses its steps once timed (budget.py); until then --steps, its bound, is the end
         self.step, self.best, self.lock, self.warned_no_plot = 0, -1.0, None, False
+        self.unsaved_best = False  # resumed from a validation that beat best.npz before it was written
         self.schedule = decay(self.optimizer, settings)
         self.average = Average(snapshot_steps(settings.steps, settings.eval_every, settings.average))
         self.budget = (Budget(parse_duration(settings.time), started, settings.members, dist.world_size())
@@ -200,8 +200,8 @@ class Trainer:
             together(self.budget.check_start_up, clock())  # before anything is written
 
     def _set_steps(self, steps: int) -> None:
-        """End the run, and decay its learning rate, at `steps` (from the step it is at)."""
-        self.s.steps = steps
+        """End the run, and decay its learning rate, at `steps` (from the step it is at): chosen."""
+        self.s.steps, self.planned = steps, True
         stretch(self.schedule, self.s, steps)
         self.average = self.average.to(snapshot_steps(steps, self.s.eval_every, self.s.average))
 
@@ -212,28 +212,32 @@ class Trainer:
         self.lock = together(lambda: claim_run(self.dir, self.s.resume) if self.main else None)  # one `train` at a time
         if self.s.resume:
             self.restore()
-        elif self.main:
-            d = self.data
-            create_run(self.dir, self.s.saved(), d.tokenizers, (d.src_vocab, d.tgt_vocab), d.fingerprint,
-                       {"valid": d.valid_pairs, "test": d.test_pairs})
-        elif self.ensemble:
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "metrics.jsonl").write_text("")
+        elif self.validates:
+            new_run(self.dir, self.out, self.s, self.data, self.main)
 
     # -- validation and checkpoints ------------------------------------------------------
     def validate(self, progress) -> None:
         """Score the model on the validation sources; keep `best.npz`, write `last.npz`. At the
         last step the mean of the last `--average` validations' weights competes as well."""
         with self.timing.validating():
-            self._keep_if_best(self._score(progress, f"step {self.step}"))
+            score = self._score(progress, f"step {self.step}")
+            won, self.best = score > self.best, max(self.best, score)  # won: the trained weights beat best.npz
             self.average.add(self.step, self.model)
+            mean = None  # at the last step: the mean weights, if they beat every validation's
             if self.step == self.s.steps and len(self.average.taken) > 1:
-                trained = self.model.state_dict()
-                self.model.load_state_dict(self.average.mean())
-                self._keep_if_best(self._score(progress, f"mean of the weights at steps {self.average.taken}",
-                                               averaged=len(self.average.taken)))
-                self.model.load_state_dict(trained)  # last.npz goes on from the trained weights
+                with weights(self.model, self.average.mean()):
+                    score = self._score(progress, f"mean of the weights at steps {self.average.taken}",
+                                        averaged=len(self.average.taken))
+                if score > self.best:
+                    self.best, mean = score, self.average.mean()
+            # last.npz before best.npz: a write that fails between the two (a full disk) leaves what
+            # --resume continues from, and best.npz's own score tells it to validate this step again
             self.save("last.npz")
+            layer_stats.record(self.out, self.step, self.model)  # each layer's weights and gradients, for `explore`
+            if won or mean is not None:
+                with weights(self.model, mean) if mean is not None else contextlib.nullcontext():
+                    self.save("best.npz")
+            self.unsaved_best = False
             if self.s.snapshots:  # the weights alone: what `explore` needs to show attention as it formed
                 (self.out / SNAPSHOTS).mkdir(exist_ok=True)
                 self.model.save(self.out / SNAPSHOTS / f"step_{self.step:06d}.npz")
@@ -258,11 +262,6 @@ class Trainer:
     def best_by(self) -> str:
         return best_by(self.s.task, self.data)
 
-    def _keep_if_best(self, key: float) -> None:
-        if key > self.best:
-            self.best = key
-            self.save("best.npz")
-
     def log(self, record: dict) -> None:
         if self.validates:
             append_metrics(self.out, record)
@@ -283,15 +282,16 @@ class Trainer:
             self.step, self.best = int(state["step"]), float(state["best"])
             if self.budget is not None and "planned_steps" in state:  # --time: the steps it chose
                 self._set_steps(int(state["planned_steps"]))
-                self.planned = True
             self.schedule.load_state_dict(state["schedule"])
             self.average.load_state_dict(state.get("average", {}))
         except (KeyError, TypeError, ValueError) as e:
             raise RunError(f"checkpoint {path} is damaged: {type(e).__name__} {e}") from None
-        if self.best >= 0 or (self.out / "best.npz").exists():  # a validation ran: the final report needs it
-            load_checkpoint(self.out / "best.npz")
+        # the score to beat is the one best.npz holds: last.npz, written first, knows a better one
+        # if the run stopped before best.npz was (a full disk): then this step validates again
+        saved = best_saved(self.out / "best.npz")
+        self.unsaved_best, self.best = self.best > saved, saved
         if self.validates:
-            keep_metrics_until(self.out, self.step)
+            keep_metrics_until(self.out, self.step, validated=not self.unsaved_best)
 
 
 def reseed(device, seed: int, step: int) -> None:

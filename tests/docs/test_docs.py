@@ -40,7 +40,10 @@ from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipP
 import tinygrad_tx as tx
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# docs/results holds the tables the benchmarks write (each starts "Measured ...") and the pages
+# that narrate them, which are pages like the others
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *(p for p in sorted((ROOT / "docs" / "results").glob("*.md")) if not p.read_text().startswith("Measured"))]
 SHELL = re.compile(r"(?:<!--\s*shell:\s*(?P<how>run-instead|run|not-run)(?P<arg>.*?)-->\s*\n)?```bash\n(?P<body>.*?)```",
                    re.S)
 INCLUDE = re.compile(r"<!--\s*include:\s*(?P<file>\S+)\s*-->\s*\n(?:```text\n(?P<body>.*?)```"

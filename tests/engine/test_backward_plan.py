@@ -25,16 +25,16 @@ def loss_of(x, w, b):
     return (u * h).sum() + (x * x).sum()  # x used by the product and twice by the square
 
 
-# The plan, worked out by hand: nodes newest first (the last op made runs first); each
-# route is (input, destination, sum_to); "+=" marks a second arrival at one destination.
+# The plan, worked out by hand: nodes newest first (the last op made runs first), numbered
+# from 1; each route is (input, destination, sum_to); "+=" marks a second arrival at one destination.
 EXPECTED = [
-    ("Add", [(0, "step 3", None), (1, "step 1", None)]),
-    ("Sum", [(0, "step 2", None)]),
+    ("Add", [(0, "step 4", None), (1, "step 2", None)]),
+    ("Sum", [(0, "step 3", None)]),
     ("Mul", [(0, "leaf x", None), (1, "+= leaf x", None)]),
-    ("Sum", [(0, "step 4", None)]),
-    ("Mul", [(0, "step 5", None), (1, "step 7", None)]),
-    ("Tanh", [(0, "step 6", None)]),
-    ("Add", [(0, "+= step 7", None), (1, "leaf b", (3,))]),
+    ("Sum", [(0, "step 5", None)]),
+    ("Mul", [(0, "step 6", None), (1, "step 8", None)]),
+    ("Tanh", [(0, "step 7", None)]),
+    ("Add", [(0, "+= step 8", None), (1, "leaf b", (3,))]),
     ("MatMul", [(0, "+= leaf x", None), (1, "leaf w", None)]),
 ]
 
@@ -48,7 +48,7 @@ def described(plan, leaf_name=lambda t: t.name):
     out, n = [], len(plan.nodes)
     for step in plan.steps:
         routes = [(k, ("+= " if adds else "") + (f"leaf {leaf_name(plan.leaves[to - n])}" if to >= n
-                                                 else f"step {to}"), sum_to)
+                                                 else f"step {plan.steps[to].number}"), sum_to)
                   for (k, to, sum_to), adds in zip(step.routes, step.adds)]
         out.append((step.op, routes))
     return out
@@ -68,7 +68,7 @@ def test_the_plan_is_the_walk_worked_out_by_hand():
     assert [t.name for t in plan.leaves] == ["x", "b", "w"]  # in the order they first get a route
     assert [step.shape for step in plan.steps][:3] == [(), (), (2, 3)]
     text = str(plan)
-    assert "g1 sum_to (3,) -> leaf b" in text and "g0 += step 7 (MatMul)" in text
+    assert "g1 sum_to (3,) -> leaf b" in text and "g0 += step 8 (MatMul)" in text
     assert tx.backward_plan(loss).steps[0].releases and not plan.steps[0].releases
 
 
@@ -164,3 +164,54 @@ def test_a_plan_through_a_changed_input_says_so_and_backward_refuses_it_before_a
         loss.backward()
     assert seen == [] and x.grad is None and w.grad is None and b.grad is None  # nothing delivered
     assert not plan.steps[0].freed and not loss.grad_fn.released  # and nothing freed: fix, then retry
+
+
+def test_the_printed_plan_numbers_each_step_as_the_explorer_page_and_the_jit_code_do():
+    """One numbering: the printed plan once said "step 0 Add" for the node the explorer's page
+    (and trace_backward) calls #1, so that every "-> step n" pointed one node off the page's."""
+    from tinygrad_tx.inspect.explorer import StepRecord
+
+    plan = tx.backward_plan(loss_of(*leaves()))
+    record = StepRecord(loss_of, tuple(leaves()), compiled=False)
+    page = record.walk()["steps"]
+    printed = re.findall(r"^ +(\d+)  (\w+) ", str(plan), re.M)
+    assert printed == [(str(s["number"]), s["op"]) for s in page] and printed[0] == ("1", "Add")
+    assert [record.name_of(s["node"]) for s in page] == [f"#{n} {op}" for n, op in printed]  # the graph's "#n"
+    steps = plan.to_dict()["steps"]
+    assert [s["number"] for s in steps] == list(range(1, len(page) + 1))
+    for step, shown in zip(steps, page):  # each route to a step names it by the page's number
+        to_ops = [f"op{r['step']}" for r in step["routes"] if "step" in r]
+        assert to_ops == [send["to"] for send in shown["sends"] if send["to"].startswith("op")]
+        for r in step["routes"]:
+            if "step" in r:
+                assert f"{'+=' if r['adds'] else '->'} step {r['step']} ({steps[r['step'] - 1]['op']})" in str(plan)
+
+    def step(x, w, b):
+        loss_of(x, w, b).backward()
+
+    jitted = tx.jit(step)
+    jitted(*leaves())
+    comments = re.findall(r"# step (\d+): #\d+ (\w+)", jitted.tape(*leaves()).source())
+    assert comments == [(str(s["number"]), s["op"]) for s in page]
+
+
+def test_a_plain_backward_runs_the_chain_rule_bare_and_adds_only_what_a_walk_asks_for():
+    """The loop that runs the plan is the chain rule alone; hooks, tx.grad's captures, the
+    observers, releases and early deliveries are installed around it only for a walk that needs them."""
+    from tinygrad_tx.backward import Walk, make_plan
+
+    def around(loss, retain_graph=False, targets=None, watching=False):
+        plan = make_plan(loss, retain_graph)
+        walk = Walk(plan, [None] * (len(plan.nodes) + len(plan.leaves)), tx.Tensor._from_op, False, targets)
+        before, after = walk.around(watching)
+        return [m.__name__ for m in before], [m.__name__ for m in after]
+
+    x, w, b = leaves()
+    assert around(loss_of(x, w, b)) == ([], ["release"])
+    assert around(loss_of(x, w, b), retain_graph=True) == ([], [])
+    h = x @ w
+    h.retain_grad()
+    assert around((h * h).sum(), targets=[h], watching=True) == (
+        ["node_hooks", "capture", "start_clock"], ["announce", "release"])
+    w.register_post_accumulate_grad_hook(lambda t: None)
+    assert around(loss_of(x, w, b)) == ([], ["release", "deliver_early"])

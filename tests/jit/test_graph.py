@@ -78,6 +78,40 @@ def test_a_transformers_graphed_steps_equal_eager_steps(graph_device):
     assert [tape.graph.captures for tape in run.tapes.values()] == [1, 1]
 
 
+def wide_steps(device, mode, steps=4):
+    """Losses and parameters of a step whose rows are wide: layer norm over 40 features and
+    attention over 33 keys, whose row dots are einsum eagerly (cuBLAS on a GPU, refused while a
+    stream captures), with SGD."""
+    rng = np.random.default_rng(3)
+    norm, w = nn.LayerNorm(40).to(device), tx.Tensor(rng.standard_normal((40, 40)).astype(np.float32) * 0.2,
+                                                     requires_grad=True, device=device)
+    params = [*norm.parameters(), w]
+    opt = optim.SGD(params, lr=0.05)
+
+    def step(x):
+        h = norm(x) @ w  # (2, 33, 40)
+        loss = (F.scaled_dot_product_attention(h, h, h, causal=True) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = tx.jit(step, cuda_graph=True) if mode == "graph" else step
+    x = tx.Tensor(rng.standard_normal((2, 33, 40)).astype(np.float32), device=device)
+    return [run(x).item() for _ in range(steps)], [p.numpy() for p in params], run
+
+
+def test_wide_rows_are_reduced_in_a_graph_by_what_the_capture_swaps_in(graph_device):
+    """The capture swaps the ops' einsum for a product and a sum (backends/blas.py), as it swaps
+    their matmul: the graphed steps run, once captured, and equal eager ones within rounding."""
+    eager_losses, eager_params, _ = wide_steps(graph_device, "eager")
+    losses, params, run = wide_steps(graph_device, "graph")
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
+    for a, b in zip(params, eager_params):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert [(tape.graph.captures, tape.graph.graph_calls) for tape in run.tapes.values()] == [(1, 3)]
+
+
 def embedding_step(device):
     tx.manual_seed(0)
     emb = nn.Embedding(5, 3).to(device)
@@ -138,9 +172,26 @@ def test_a_step_that_adds_into_old_gradients_is_refused_with_the_fix():
         graphed(ids)
 
 
-def test_on_numpy_a_cuda_graph_is_an_error_that_says_what_to_do():
+def test_on_numpy_a_cuda_graph_is_refused_at_the_first_call_before_anything_runs():
+    """The first call used to run the step eagerly (the optimizer stepped) and refuse only at the
+    second: what a call passes and what the function reaches, all on the CPU, say so at once."""
     emb, step = embedding_step("cpu")
+    before = emb.weight.numpy()
     graphed, ids = tx.jit(step, cuda_graph=True), tx.Tensor(np.array([1, 2]))
-    graphed(ids)  # recorded eagerly
-    with pytest.raises(JitError, match=r"needs the step on a CUDA device, not cpu: move the model"):
-        graphed(ids)
+    for _ in range(2):
+        with pytest.raises(JitError, match=r"needs the step on a CUDA device, not cpu: move the model"):
+            graphed(ids)
+    np.testing.assert_array_equal(emb.weight.numpy(), before)  # SGD never stepped
+    assert emb.weight.grad is None and graphed.traces == 0
+
+
+def test_a_graphed_function_of_no_tensor_is_refused_on_a_default_device_without_graphs():
+    made = []
+
+    def step():
+        made.append(tx.ones(3))
+        return (made[-1] * 2).sum()
+
+    with pytest.raises(JitError, match=r"needs the step on a CUDA device, not cpu"):
+        tx.jit(step, cuda_graph=True)()
+    assert not made

@@ -10,6 +10,7 @@ import tinygrad_tx.functional as F
 from tinygrad_tx import nn, optim
 from tinygrad_tx.jit import JitError
 
+from ..helpers import no_observer_left
 from .helpers import same, vec
 
 
@@ -120,6 +121,21 @@ def test_values_a_replay_could_only_repeat_are_refused(case):
     w.grad = None
     with pytest.raises(JitError, match=message):
         tx.jit(make(w))(x)
+
+
+def test_an_instrument_refused_inside_a_recording_is_left_off_entirely():
+    """record_modules registers global module hooks as it turns on; refused by the recording
+    (a replay would show it nothing), it once left those hooks registered, which then slowed
+    every module call and made every later record refuse to replay."""
+    layer = nn.Linear(2, 2)
+
+    def f(x):
+        with tx.inspect.record_modules():
+            return layer(x).sum()
+
+    with pytest.raises(JitError, match="record_modules turned on"):
+        tx.jit(f)(vec(1.0, 2.0))
+    assert no_observer_left()
 
 
 def test_verify_compares_tensors_made_outside_ops():

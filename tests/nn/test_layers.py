@@ -3,6 +3,7 @@ every gradient, the padding row of an embedding getting none."""
 import numpy as np
 import pytest
 
+import tinygrad_tx as tx
 from tinygrad_tx import Tensor, nn
 
 
@@ -41,6 +42,23 @@ def test_layer_matches_torch(torch, make, make_torch, transposed, shape):
     for name, p in ours.named_parameters():
         expected = getattr(theirs, name).grad.numpy()
         close(p.grad.numpy(), expected.T if name in transposed else expected, name)
+
+
+@pytest.mark.parametrize("padding_idx", [-1, -3])
+def test_an_embedding_padded_from_the_end_is_torchs_eagerly_and_under_create_graph(torch, padding_idx):
+    """`nn.Embedding(4, 3, padding_idx=-1)` names the last row, as torch.nn.Embedding does: it
+    starts at zero and gets no gradient, also under create_graph (where -1 was compared with the
+    ids as given and the row got one)."""
+    layer, ref = nn.Embedding(4, 3, padding_idx=padding_idx), torch.nn.Embedding(4, 3, padding_idx=padding_idx)
+    assert layer.padding_idx == ref.padding_idx == 4 + padding_idx
+    assert not layer.weight.numpy()[padding_idx].any()
+    copy_to_torch(torch, layer, ref)
+    ids = np.array([[3, 1, 3], [0, 1, 2]])
+    (expected,) = torch.autograd.grad((ref(torch.from_numpy(ids)) ** 2).sum(), [ref.weight])
+    for create_graph in (False, True):
+        (g,) = tx.grad((layer(ids) ** 2).sum(), [layer.weight], create_graph=create_graph)
+        close(g.numpy(), expected.numpy(), f"weight, create_graph={create_graph}")
+        assert not g.numpy()[padding_idx].any()
 
 
 def test_embedding_matches_torch_and_padding_row_gets_no_gradient(torch):

@@ -30,6 +30,28 @@ def test_embedding_ids_out_of_range_name_the_id_and_the_size(device):
         F.embedding(Tensor(np.array([0, -1]), device=device), w)
 
 
+@pytest.mark.parametrize("padding_idx", [4, 5, 99, -5, -99])
+def test_an_embedding_padding_idx_that_names_no_row_is_refused_at_the_call(torch, padding_idx):
+    """Out of [-4, 4) for a table of four rows: accepted before, it failed later with a raw
+    IndexError (or was ignored under create_graph). PyTorch refuses it at the call too."""
+    w = t(4, 3, requires_grad=True)
+    message = f"embedding: padding_idx {padding_idx} is out of range for a table of 4 rows"
+    with pytest.raises(ValueError, match=message):
+        F.embedding([0, 1], w, padding_idx=padding_idx)
+    with pytest.raises(ValueError, match=message):
+        tx.nn.Embedding(4, 3, padding_idx=padding_idx)
+    with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
+        torch.nn.Embedding(4, 3, padding_idx=padding_idx)
+
+
+@pytest.mark.parametrize("padding_idx", [True, 1.0, "1", [1]])
+def test_an_embedding_padding_idx_must_be_a_whole_number(padding_idx):
+    with pytest.raises(TypeError, match="embedding: padding_idx must be a whole number or None"):
+        F.embedding([0, 1], t(4, 3), padding_idx=padding_idx)
+    with pytest.raises(TypeError, match="embedding: padding_idx must be a whole number or None"):
+        tx.nn.Embedding(4, 3, padding_idx=padding_idx)
+
+
 def test_embedding_ids_must_be_integers(device):
     w = t(5, 3, device=device, requires_grad=True)
     with pytest.raises(TypeError, match="ids must be integers, not float"):

@@ -267,6 +267,27 @@ def test_embedding(torch, device, dtype, padding_idx):
             lambda w, i: torch.nn.functional.embedding(i, w, padding_idx=padding_idx), n(4, 3), ids)
 
 
+@pytest.mark.parametrize("padding_idx", range(-4, 4))
+def test_embedding_padding_idx_counted_either_way_eagerly_under_create_graph_and_second_order(torch, device,
+                                                                                              padding_idx):
+    """Every row named either way (2 or -2 of four), as PyTorch: the padding row's uses send no
+    gradient, in ordinary backward, under create_graph, and in the second derivative. Under
+    create_graph a negative padding_idx was compared with the ids as given, so -1 sent the last
+    row a gradient (2, 2, 2 for w² at ones) that eager execution and PyTorch zero."""
+    ids, w0, v = np.array([[1, 0, 3, 3], [2, 3, 3, 0]]), n(4, 3), n(4, 3, seed=1)
+    w, tw = Tensor(w0, device=device, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    loss = (F.embedding(ids, w, padding_idx=padding_idx) ** 3).sum()
+    (expected,) = torch.autograd.grad((torch.nn.functional.embedding(torch.tensor(ids), tw, padding_idx=padding_idx)
+                                       ** 3).sum(), [tw], create_graph=True)
+    for create_graph in (False, True):
+        (g,) = tx.grad(loss, [w], retain_graph=True, create_graph=create_graph)
+        np.testing.assert_allclose(g.numpy(), expected.detach().numpy(), rtol=1e-12)
+    (second,) = tx.grad((g * Tensor(v, device=device)).sum(), [w])
+    (expected_second,) = torch.autograd.grad((expected * torch.tensor(v)).sum(), [tw])
+    np.testing.assert_allclose(second.numpy(), expected_second.numpy(), rtol=1e-12)
+    assert not g.numpy()[padding_idx % 4].any() and not second.numpy()[padding_idx % 4].any()
+
+
 def test_masked_fill(torch, device, dtype):
     mask = n(1, 4, seed=5) > 0
     compare(torch, device, dtype, lambda x, m: x.masked_fill(m, -3.5), lambda t, m: t.masked_fill(m, -3.5), n(3, 4), mask)

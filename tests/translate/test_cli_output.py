@@ -38,9 +38,9 @@ def test_the_first_line_names_device_threads_processes_and_the_run(capsys, tmp_p
 @pytest.fixture
 def fresh_default(monkeypatch):
     """No `tx.set_device` made yet, as in a new process (an earlier command in this one made one)."""
-    import tinygrad_tx.backend
+    import tinygrad_tx.backends.backend
 
-    monkeypatch.setattr(tinygrad_tx.backend, "_default", None)
+    monkeypatch.setattr(tinygrad_tx.backends.backend, "_default", None)
 
 
 def test_the_device_variable_is_honoured(capsys, monkeypatch, tmp_path, fresh_default):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import observers
-from ..backend import Backend, backend_of
+from ..backends import Backend, backend_of
 from ..tensor import Tensor
 from .group import group
 

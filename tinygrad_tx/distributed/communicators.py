@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import Backend
+from ..backends import Backend
 
 
 class DistributedError(RuntimeError):

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from ..backend import Backend, get_backend
+from ..backends import Backend, get_backend
 from .communicators import DistributedError, MpiCommunicator, NcclCommunicator
 
 LAUNCHER_VARIABLES = ("PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")  # MPICH/Hydra, PMIx, Open MPI

@@ -4,6 +4,7 @@ them with their output.
 - graph views: `graph_text(t)`, `to_dot(t)`, `render(t, "graph.svg")`, with
   `retain_grads(t)` to keep every gradient and, for models, `record_modules()`
   and `collapse=` to draw each module call as one box;
+- `backward_plan(t)` (also `tx.backward_plan`): the walk backward will make, printed step by step;
 - `trace_backward()`: every node backward visits, in order, with its gradients;
 - `detect_anomaly()`: the first NaN or Inf, with its op and line;
 - `profile()`: time and memory per op;
@@ -17,6 +18,7 @@ of them is active.
 from .anomaly import AnomalyError, detect_anomaly
 from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot
 from .instrument import Instrument
+from .plan import BackwardPlan, PlanStep, backward_plan
 from .modules import ModuleCall, attention_maps, name_parameters, record_modules
 from .profiler import OpStats, profile
 from .trace import trace_backward
@@ -35,4 +37,4 @@ def explore(fn, *args, port: int | None = None, open: bool = False, host: str = 
 
 __all__ = ["graph_text", "to_dot", "render", "retain_grads", "build_graph", "tensors_in_graph", "trace_backward",
            "detect_anomaly", "AnomalyError", "profile", "OpStats", "record_modules", "ModuleCall",
-           "name_parameters", "attention_maps", "Instrument", "explore"]
+           "name_parameters", "attention_maps", "Instrument", "explore", "backward_plan", "BackwardPlan", "PlanStep"]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..files import write_atomically
 from ..tensor import Tensor
 from .instrument import describe, norm
 
@@ -248,7 +249,8 @@ def render(t: Tensor, path: str | Path, collapse: int | None = None) -> Path:
     """
     path = Path(path)
     dot_path = path.with_suffix(".dot")
-    dot_path.write_text(to_dot(t, collapse))
+    dot = to_dot(t, collapse).encode()
+    write_atomically(dot_path, lambda f: f.write(dot))
     if path.suffix == ".dot":
         return dot_path
     program, fmt = shutil.which("dot"), path.suffix.lstrip(".") or "svg"
@@ -257,5 +259,6 @@ def render(t: Tensor, path: str | Path, collapse: int | None = None) -> Path:
                       "Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: "
                       f"conda install graphviz), then run: dot -T{fmt} {dot_path} -o {path}", stacklevel=2)
         return dot_path
-    subprocess.run([program, f"-T{fmt}", str(dot_path), "-o", str(path)], check=True, capture_output=True)
+    picture = subprocess.run([program, f"-T{fmt}", str(dot_path)], check=True, capture_output=True).stdout
+    write_atomically(path, lambda f: f.write(picture))  # whole or not at all, as every file written here
     return path

@@ -69,9 +69,10 @@ class record_modules(Instrument):
         self._count: Counter = Counter()
 
     def __enter__(self) -> "record_modules":
+        super().__enter__()  # first: an observer that refuses it (a jit recording) leaves no hook behind
         self._handles = [register_module_forward_pre_hook(self._enter_call),
                          register_module_forward_hook(self._exit_call)]
-        return super().__enter__()
+        return self
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:

@@ -13,9 +13,9 @@ It answers the two questions everyone asks about reverse mode:
   gradient is their sum. The table marks each further arrival with `+=`.
 
 Backward runs a plan made beforehand (`tx.backward_plan`); the trace keeps each
-walk's plan (`plans`) and the gradients that flowed along its routes, so the two
-can be read side by side: `Step.step` is the step's number in its plan, and
-`Flow.route` the plan's route the gradient took.
+walk's plan (`plans`, each a `BackwardPlan`) and the gradients that flowed along its
+routes, so the two can be read side by side: `Step.step` is the step's index in its plan's
+`steps`, and `Flow.route` the plan's route the gradient took.
 """
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..function import Function
-from ..backward import BackwardPlan, Route
+from ..backward import Route, sum_to
 from ..tensor import Tensor
 from .instrument import Instrument, describe, norm, raw
+from .plan import BackwardPlan
 
 
 @dataclass(eq=False)
@@ -46,7 +47,7 @@ class Step:
     number: int
     node: Function
     grad: Any  # the array d root / d (this node's output), after any tensor hooks
-    step: int  # its number in the plan of its walk
+    step: int  # its index in the steps of its walk's plan
     sent: list[Flow] = field(default_factory=list)
 
     @property
@@ -59,7 +60,8 @@ class trace_backward(Instrument):
 
     The gradients are kept as the engine's arrays, not copies (under
     create_graph, the arrays inside the gradient Tensors, so the record holds
-    no graph): change a `.grad` in place and the record changes with it.
+    no graph): change a `.grad` in place and the record changes with it. (One
+    the plan sums back over broadcast axes is summed here, as the engine does.)
     """
 
     def __init__(self):
@@ -69,8 +71,9 @@ class trace_backward(Instrument):
         self._arrivals: Counter = Counter()
 
     def backward_begin(self, root, grad, plan, create_graph, inputs) -> None:
+        plan = BackwardPlan.of(plan)
         self.plans.append(plan)
-        self._walking.append((plan, {id(step.node): i for i, step in enumerate(plan.steps)}))
+        self._walking.append((plan, {id(node): i for i, node in enumerate(plan.nodes)}))
 
     def backward_end(self) -> None:
         self._walking.pop()
@@ -81,12 +84,13 @@ class trace_backward(Instrument):
         step = Step(len(self.steps) + 1, fn, raw(grad), i)
         n = len(plan.nodes)
         for route in plan.routes[i]:
-            k, to, _ = route
+            k, to, shape = route
             g = grads[k]
             if g is not None:
+                g = raw(g) if shape is None else sum_to(raw(g), shape)  # as the engine sends it on
                 target = plan.leaves[to - n] if to >= n else plan.nodes[to]
                 self._arrivals[id(target)] += 1
-                step.sent.append(Flow(target, raw(g), self._arrivals[id(target)], route))
+                step.sent.append(Flow(target, g, self._arrivals[id(target)], route))
         self.steps.append(step)
 
     # -- questions about the record -------------------------------------------------------

@@ -54,8 +54,9 @@ What it cannot see (the limits, as with tinygrad's TinyJit)
   (the result's shape depends on values). A branch on raw `.data` is not seen;
   `tx.jit(fn, verify=True)` records the first two calls and raises `JitError` if
   they took different paths (and at every later call of that signature).
-- Changes made outside ops and replayable calls raise `JitError` (watched while recording, `watch.py`):
-  a hook registered on a leaf, an instrument turned on, and any assignment to a tensor's
+- Changes made outside ops and replayable calls raise `JitError`: a hook registered on a
+  leaf and an instrument turned on (announced by the engine: `observers.changed`), and (watched
+  while recording, `watch.py`) any assignment to a tensor's
   `.data`: a new array (an EMA, `load_state_dict`, `.to()`) or the same one changed in
   place (`p.data -= lr * p.grad.data`: use an optimizer, whose `step()` is replayed).
   So are `p.grad = ...` by hand (`optimizer.zero_grad()` and `module.zero_grad()` are
@@ -143,7 +144,7 @@ a record holds no activations between calls).
 Files: this one holds `jit` (signatures, the cache of records); `reach.py` maps what the
 function reaches from outside and checks it before each replay; `record.py` writes a record
 while the function runs eagerly (`watch.py`: what it watches around ops: `.data`, `.grad`,
-hooks, modules called, optimizers made);
+modules called, optimizers made);
 `program.py` holds its instructions (ops, backward walks, calls); `tape.py` is the record
 itself and its replay; `liveness.py` finds where a replay can give each array back;
 `codegen.py` writes a record as the Python function a replay runs; `graph.py` launches its
@@ -164,7 +165,7 @@ from ..nn import Module
 from ..tensor import Tensor
 from .reach import ENGINE_WAYS, Reach, contents, describe_change, module_contents, same
 from .record import JitError, Recorder, check_same, record
-from .graph import GraphReplay
+from .graph import GraphReplay, refuse_without_graphs
 from .tape import Tape
 
 __all__ = ["jit", "Jitted", "JitError", "Tape"]
@@ -228,6 +229,9 @@ class Jitted:
             self.replays += 1
             return self._replay_graph(tape, tensors) if self.cuda_graph else tape.replay(tensors)
         first = tape if tape is not None and tape.still_valid() else None
+        if self.cuda_graph:
+            params = (p for m in self._modules for p in m.parameters())
+            refuse_without_graphs([*tensors, *self._outside.values(), *params])
         split, before = len(self._watched), contents(self.fn, self._watched)  # what the recording assumes
         tape, result = record(self.fn, args, kwargs, tensors)
         if first is not None:  # the second recording of this signature (verify): both must agree

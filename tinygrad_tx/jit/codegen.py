@@ -30,7 +30,8 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from ..backward import LeafSink, sum_to
+from ..backward import sum_to
+from ..leaf_sink import LeafSink
 from ..function import no_grad
 from ..tensor import Tensor
 from .program import Live
@@ -220,13 +221,13 @@ def _steps(w: _Writer, plan, seed: str, depth: int, frees: dict, sink: bool) -> 
     n = len(plan.nodes)
     line(f"G = [None] * {len(w.tape.ops)}")
     line(f"G[{plan.nodes[0]}] = {seed}")
-    for i, step in enumerate(plan.steps):
+    for step in plan.steps:
         op = step.node
         if step.freed:
-            line(f"# step {i}: #{op} {step.op}, freed by an earlier backward (never reached: see Replayed)")
+            line(f"# step {step.number}: #{op} {step.op}, freed by an earlier backward (never reached: see Replayed)")
             continue
         ins = ", ".join(f"V[{s}]" for s in w.tape.ops[op].ins)
-        line(f"if G[{op}] is not None:  # step {i}: #{op} {step.op}")
+        line(f"if G[{op}] is not None:  # step {step.number}: #{op} {step.op}")
         line(f"gs = F[{op}].backward(G[{op}], {ins})", 1)
         for (k, to, shape), adds in zip(step.routes, step.adds):
             line(f"gt = gs[{k}]", 1)
@@ -239,7 +240,7 @@ def _steps(w: _Writer, plan, seed: str, depth: int, frees: dict, sink: bool) -> 
             else:
                 target = f"G[{plan.nodes[to]}]"
             line(f"{target} = gt if {target} is None else {target} + gt" if adds else f"{target} = gt", 2)
-        released = [f"F[{op}]", *(f"V[{s}]" for s in frees.get(i, ()))] if step.releases else []
+        released = [f"F[{op}]", *(f"V[{s}]" for s in frees.get(step.index, ()))] if step.releases else []
         line(" = ".join([f"G[{op}]", *released]) + " = None")
         for k in step.delivers if sink else ():
             line(f"sink.deliver({k})  # its post-accumulate-grad hooks run now")

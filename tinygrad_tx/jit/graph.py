@@ -20,15 +20,15 @@ A call, once the graph is captured (at the first replay; `capture`):
    is refused: zero the gradients at the start of the step).
 3. The arguments are copied into the graph's own input arrays, and the graph is launched.
 4. The ids that ops check (embedding, cross-entropy targets, indexing) were checked inside
-   the graph: one flag is read back, and a bad id raises as it does in eager execution, before
-   the optimizer steps, so the parameters are left as they were.
+   the graph (the backend kept the checks with it): one flag is read back, and a bad id raises as
+   it does in eager execution, before the optimizer steps, so the parameters are left as they were.
 5. Each leaf gets its gradient array as `.grad` (Python set it during the capture; a launch
    runs no Python), and `leave` runs the calls after the graph.
 6. The result is copied out of the graph's memory, which the next launch writes over. The
    gradients are not: as with PyTorch's CUDA graphs, `.grad` holds the same array at every call.
 
 The kernels are the replay's, in the same order, but for matrix products: CuPy refuses cuBLAS
-while a stream captures, so a capture calls cuBLAS directly (`blas.py`), which may pick another
+while a stream captures, so a capture calls cuBLAS directly (backends/blas.py), which may pick another
 kernel. A graph's step equals an eager step within float32 tolerance, and bit for bit where it has
 no matrix product (tests/jit/test_graph.py, on the GPU and on the strict device, which models a
 graph). Measured on an H200: a toy Transformer's step 7.8 ms against PyTorch CUDA eager's 13.3 ms
@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import traceback
 import warnings
+from pathlib import Path
 from typing import Any
 
+from ..backends import DeviceError, get_backend
 from ..function import op_error
-from ..ops import select
 from ..tensor import Tensor
 from .codegen import write_parts
 from .program import Backward, Call
@@ -87,7 +88,7 @@ class GraphReplay:
             xp.copyto(buffer, V[slot])
         self.graph.launch()
         self.graph_calls += 1
-        self._check_ids()
+        self._check_ids(self.graph.failed())
         for leaf, grad in zip(leaves, self.grads):
             if grad is not None:
                 leaf.grad = Tensor._from_op(grad, self.backend)
@@ -100,8 +101,7 @@ class GraphReplay:
 
     def nbytes(self) -> int:
         """Device memory the graph holds in its own pool (its arrays live there between calls)."""
-        pool = getattr(self.graph, "pool", None)
-        return 0 if pool is None else pool.total_bytes()
+        return 0 if self.graph is None else self.graph.nbytes()
 
     def _holds(self, V: list) -> bool:
         """Whether the graph's assumptions (see the module docstring, 2.) hold for this call."""
@@ -113,39 +113,40 @@ class GraphReplay:
         self.inputs = [(slot, V[slot]) for slot, _ in self.tape.args]
         self.params = [(slot, V[slot]) for slot, _ in self.tape.captured]
         self.rng = self.backend.rng
-        select.deferred_checks = checks = []
         try:
-            self.graph, self.flag = self.backend.capture(lambda: self._device(tensors, V, F, R, checks))
+            self.graph, _ = self.backend.capture(lambda: self.device(tensors, V, F, R))
         except Exception as error:  # noqa: BLE001  (named, with where it broke)
             raise JitError(f"jit: this step cannot be captured as a CUDA graph: {type(error).__name__}: {error} "
                            f"(at {_where(error)}); leave cuda_graph off for it") from error
-        finally:
-            select.deferred_checks = None
-        self.checks = checks
         self.end_values, self.end_fns = list(V), list(F)
         self.grads = [None if leaf.grad is None else leaf.grad.data for leaf in leaves]
         self.outputs = [slot for slot in _slots(self.tape.output) if V[slot] is not None]
         self.captures += 1
         self.graph_calls = 0
 
-    def _device(self, tensors: list, V: list, F: list, R: list, checks: list) -> Any:
-        """What the graph runs: the device part, and one flag saying whether any id was out of range."""
-        self.device(tensors, V, F, R)
-        if not checks:
-            return None
-        xp = self.backend.xp
-        return xp.stack([check.bad.any() for check in checks]).any()
-
-    def _check_ids(self) -> None:
-        if self.flag is None or not bool(self.flag):  # the one read back: a flag, after the graph ran
+    def _check_ids(self, check: Any) -> None:
+        """Raise the error of a check that failed at this launch (`check`, None if none did), named
+        with the op that made it, as eager execution names it."""
+        if check is None:
             return
-        check = next(c for c in self.checks if bool(c.bad.any()))
         lines = [f for f in check.stack if f.filename == self.device.__code__.co_filename]
         op = self.device.forward_at.get(lines[-1].lineno) if lines else None
-        error = IndexError(check.message())
+        error = check.error()
         if op is None:
             raise error
         raise op_error(error, op.cls.__name__, [self.tape.slot_types[i][0] for i in op.ins])
+
+
+def refuse_without_graphs(tensors: list[Tensor]) -> None:
+    """Refuse `cuda_graph=True` before anything runs when none of `tensors` (those a call passes and
+    those the function reaches) lives on a device that can capture a graph (no tensor: the default
+    device), rather than after a first call that ran eagerly."""
+    backends = {t.backend for t in tensors} or {get_backend()}
+    if not any(backend.graphs for backend in backends):
+        try:
+            min(backends, key=lambda backend: backend.name).check_capture()
+        except DeviceError as error:
+            raise JitError(f"jit: cuda_graph=True: {error}") from None
 
 
 def _device_run(program: list) -> tuple[int, int, list[int]]:
@@ -192,8 +193,8 @@ def _slots(spec: Any) -> list[int]:
 
 
 def _where(error: BaseException) -> str:
-    """The innermost line of tinygrad_tx an error came through."""
+    """The innermost line of tinygrad_tx above the backends an error came through."""
     frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if "tinygrad_tx" in f.filename and not f.filename.endswith(("strict.py", "backend.py"))]
+              if "tinygrad_tx" in f.filename and "backends" not in Path(f.filename).parts]
     f = frames[-1] if frames else traceback.extract_tb(error.__traceback__)[-1]
     return f"{f.filename[f.filename.find('tinygrad_tx'):]}:{f.lineno}, {f.line}"

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..backend import Backend
+from ..backends import Backend
 from ..distributed import DataParallel
 from ..function import Function
 from ..nn import Module

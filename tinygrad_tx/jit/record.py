@@ -12,12 +12,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import Backend, backend_of, host_rng
+from ..backends import Backend, backend_of, host_rng
+from ..backward import Plan
 from ..distributed.collectives import all_reduce
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
-from ..backward import BackwardPlan, PlanStep, backward_plan
+from ..inspect.plan import BackwardPlan, PlanStep, backward_plan
 from ..observers import Observer
 from ..tensor import Tensor
 from . import watch
@@ -256,9 +257,9 @@ class Recorder(Observer):
             self.alive.append(t)
         return leaf
 
-    def _numbered(self, plan: BackwardPlan) -> BackwardPlan:
+    def _numbered(self, plan: Plan) -> BackwardPlan:
         """The engine's plan with op and leaf numbers of this record in place of this call's objects."""
-        return plan.renumbered(self._op_number, self._leaf_number)
+        return BackwardPlan.of(plan).renumbered(self._op_number, self._leaf_number)
 
     def _live(self, value: Any, where: str) -> Any:
         """A call's argument as a replay must pass it: one of this call's tensors (an argument, a
@@ -357,7 +358,7 @@ class Recorder(Observer):
         self.alive.append(result)
         self.tape.calls += 1
 
-    # -- what watch.py shows (in this recording's thread only) -------------------------------------
+    # -- what watch.py shows (in this recording's thread only), and changes the engine announces ----
     def stateful(self, obj) -> None:
         """An object whose state replayable calls change (an optimizer, a schedule) is being made."""
         self.made_inside.add(id(obj))
@@ -373,6 +374,11 @@ class Recorder(Observer):
                            "Remove the hooks, or run this function without tx.jit")
         if id(module) not in self.modules:
             self.modules[id(module)] = (module, None if id(module) in self.mode_set else module.training)
+
+    @_this_thread
+    def changed(self, how: str) -> None:
+        """What the engine announces as changed outside ops (a hook on a leaf, an observer turned on)."""
+        self.side_effect(how)
 
     def side_effect(self, how: str) -> None:
         """A change made outside ops and replayable calls, which a replay would not make again."""

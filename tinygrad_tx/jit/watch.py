@@ -1,28 +1,34 @@
 """What a recording watches beyond what every observer sees: what a function does around ops.
 
-Every observer is shown each op, backward walk, replayable call and value that leaves the
-graph (`observers.py`). A replay makes exactly those again, so the recorder must also know
-what the function does that a replay would *not* do again, or that changes what a replay
-may assume. Only a recording needs that, so it is watched from here, while a recording
-runs: installed for the first recording and removed after the last, so a run without one
-pays nothing. While a recording runs, these class attributes are replaced (an instance
-finds them on its class at every use):
+Every observer is shown each op, backward walk, replayable call, value that leaves the graph
+and rare change outside ops (a hook registered on a leaf, an observer turned on: `changed`)
+(`observers.py`). A replay makes the ops and calls again, so the recorder must also know what
+the function does that a replay would *not* do again, or that changes what a replay may
+assume. Three such things happen on paths too hot to announce: every use would pay for it,
+recording or not; a fourth is not announced yet. So they are watched from here, only while a
+recording runs: installed for the first recording and removed after the last, so a run
+without one pays nothing. While a recording runs, these class attributes are replaced (an
+instance finds them on its class at every use):
 
 - `Tensor.data`: every assignment to `.data` (a new array, or the same one written back
   by `-=`) is a side effect; the first one makes a tensor, which the recorder notes
   (`Recorder.made`); every read by code outside the engine is noted (`Recorder.data_read`),
-  so that a write through the raw array is found by its values;
+  so that a write through the raw array is found by its values. Not an announcement: `.data`
+  is a plain attribute that every op reads for each input; a property on it, and the look at
+  the caller's frame that tells the user's reads from the engine's, would slow every op;
 - `Tensor.grad`: an assignment outside a backward and outside a replayable call
-  (`optimizer.zero_grad()` sets it, and is replayed) is a side effect;
+  (`optimizer.zero_grad()` sets it, and is replayed) is a side effect. Not an announcement:
+  a plain attribute too, set by every delivery and read by every optimizer step, and only
+  the caller's frame tells a user's `p.grad = None` from the engine's own;
 - `Optimizer.__setattr__`, `LRSchedule.__setattr__`: the first attribute of one being made
   tells the recorder one was made inside the function (`Recorder.stateful`); a write from
   outside the engine (`opt.lr *= 0.5`) is a side effect (`schedule.step()` sets `lr`, and is
-  replayed);
-- `Tensor.register_hook`, `Tensor.register_post_accumulate_grad_hook`: a hook registered on a
-  leaf is a side effect;
-- `Observer.__enter__`: an instrument turned on inside the function is a side effect (a
-  replay shows it nothing);
+  replayed). Not an announcement: these are ordinary attribute writes, which optimizers make
+  at every step, and again only the caller's frame tells the user's from theirs;
 - `Module.__call__`: each module called is noted (`Recorder.module`: its mode, its hooks).
+  This one could be announced as cheaply as an op is (one look at `observers.active` in
+  `Module.__call__`, in `nn`); until `nn` announces it, it is watched here. (A global module
+  hook would not do: a recording refuses module hooks, since a replay skips them.)
 
 A side effect is refused (`Recorder.side_effect`) unless a backward is running (a hook that
 runs in backward runs again at each replay). Functions imported by name elsewhere cannot be
@@ -38,7 +44,7 @@ from typing import Any, Callable
 
 from .. import observers
 from ..nn import Module
-from ..observers import ENGINE_DIR, Observer
+from ..observers import ENGINE_DIR
 from ..optim import Optimizer
 from ..schedules import LRSchedule
 from ..tensor import Tensor
@@ -118,19 +124,6 @@ def _setattr(self: Any, name: str, value: Any) -> None:
     object.__setattr__(self, name, value)
 
 
-def _leaf_hooks(register: Callable, kind: str) -> Callable:
-    """`register` (a Tensor method), refusing a hook on a leaf while recording."""
-
-    @functools.wraps(register)
-    def watched(t: Tensor, hook: Callable) -> Any:
-        recorder = _recorder()
-        if recorder is not None and t.grad_fn is None and t.requires_grad:
-            recorder.side_effect(f"a {kind} registered on a tensor of shape {t.shape}")
-        return register(t, hook)
-
-    return watched
-
-
 def _module_call(call: Callable) -> Callable:
     @functools.wraps(call)
     def watched(module: Module, *args: Any, **kwargs: Any) -> Any:
@@ -142,26 +135,11 @@ def _module_call(call: Callable) -> Callable:
     return watched
 
 
-def _observer_enter(enter: Callable) -> Callable:
-    @functools.wraps(enter)
-    def watched(observer: Observer) -> Any:
-        recorder = _recorder()
-        if recorder is not None:
-            recorder.side_effect(f"{type(observer).__name__} turned on")
-        return enter(observer)
-
-    return watched
-
-
 _WATCHES = [  # (class, attribute, what it is while a recording runs)
     (Tensor, "data", _Data()),
     (Tensor, "grad", _Grad()),
     (Optimizer, "__setattr__", _setattr),
     (LRSchedule, "__setattr__", _setattr),
-    (Tensor, "register_hook", _leaf_hooks(Tensor.register_hook, "hook")),
-    (Tensor, "register_post_accumulate_grad_hook",
-     _leaf_hooks(Tensor.register_post_accumulate_grad_hook, "post-accumulate-grad hook")),
-    (Observer, "__enter__", _observer_enter(Observer.__enter__)),
     (Module, "__call__", _module_call(Module.__call__)),
 ]
 _replaced: list[tuple[type, str, Any]] = []  # (class, attribute, what it was) while installed

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..backend import host_rng
+from ..backends import host_rng
 from ..tensor import Tensor
 
 

@@ -40,7 +40,7 @@ class Embedding(Module):
     the `padding_idx` row starts at zero and receives no gradient."""
 
     def __init__(self, num: int, dim: int, padding_idx: int | None = None, device: str | None = None):
-        self.padding_idx = padding_idx
+        self.padding_idx = padding_idx = F.padding_row(padding_idx, num)  # -1: the last row, as in PyTorch
         weight = init.normal_(parameter(num, dim))
         if padding_idx is not None:
             host = weight.numpy()

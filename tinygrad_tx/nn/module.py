@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..observers import replayable
-from ..backend import get_backend
+from ..backends import get_backend
 from ..tensor import Tensor
 from .hooks import GLOBAL_HOOKS, HookSet, RemovableHandle, call_with_hooks
 

@@ -5,12 +5,13 @@ gradient in the broadcast shape and the engine sums it back to each input's
 shape, so no op here repeats that bookkeeping (but MatMul, see there). Gradients are only computed for
 inputs that want one (`needs_grad`): constants such as the 2 in `x * 2` cost nothing.
 Backward formulas use operators only, so they read the same on arrays and on
-Tensors (see `function.py`, "How to add an op").
+Tensors (see `function.py`, "How to add an op"). A matrix product of arrays is written
+`self.xp.matmul(a, b)`, not `a @ b`: CuPy's own `@` cannot be captured in a CUDA graph, and
+a capture swaps what `xp.matmul` does (backends/graphs.py); on Tensors it is `a @ b`.
 """
 from __future__ import annotations
 
 from ..backward import sum_to
-from ..blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
 from ..function import Function
 from .kernels import column_sums
 
@@ -129,9 +130,10 @@ class MatMul(Function):
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, a, b):
-        return matmul(a, b)
+        return self.xp.matmul(a, b)
 
     def backward(self, g, a, b):  # g: (..., n, m)
+        matmul = self.xp.matmul
         ga = sum_to(matmul(g, b.swapaxes(-1, -2)), a.shape) if self.needs_grad[0] else None  # (..., n, k)
         gb = sum_to(matmul(a.swapaxes(-1, -2), g), b.shape) if self.needs_grad[1] else None  # (..., k, m)
         return ga, gb
@@ -148,12 +150,12 @@ class Linear(Function):
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
 
     def forward(self, x, w, b):
-        y = matmul(x, w)  # (N, out)
+        y = self.xp.matmul(x, w)  # (N, out)
         y += b
         return y
 
     def backward(self, g, x, w, b):  # g: (N, out)
-        gx = matmul(g, w.T) if self.needs_grad[0] else None  # (N, in)
-        gw = matmul(x.T, g) if self.needs_grad[1] else None  # (in, out)
+        gx = self.xp.matmul(g, w.T) if self.needs_grad[0] else None  # (N, in)
+        gw = self.xp.matmul(x.T, g) if self.needs_grad[1] else None  # (in, out)
         gb = column_sums(self.xp, g) if self.needs_grad[2] else None  # (out,)
         return gx, gw, gb

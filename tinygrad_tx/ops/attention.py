@@ -9,8 +9,8 @@ kept score -inf) gets all-zero weights, hence a zero output and zero gradients, 
 as PyTorch's attention gives; a kept score of +inf or NaN gives a NaN row, as there.
 
 `Attention` is the fast op; `AttentionWeights` is its softmax part as an op of its own, which
-Attention's gradient is built from under `create_graph=True` (see fused.py), so that it can
-be differentiated again.
+Attention's gradient formula takes again (twice.py's `grad_op`), so that it can be
+differentiated again; on raw arrays Attention's gradient runs in place (`attention_backward`).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..blas import matmul  # `a @ b`, which a CUDA graph can hold (see blas.py)
 from ..function import Function
 from .nn import dropout_mask
-from .kernels import row_dots, row_max, row_sums
+from .kernels import attention_backward, heads_apart, row_max, row_sums
 from .precision import in_float32
+from .twice import fast_backward, grad_op
 
 
 def attention_weights(xp, q, k, keep, scale):
@@ -33,7 +33,7 @@ def attention_weights(xp, q, k, keep, scale):
     over the weights: shifted by 0 rather than its max (-inf - (-inf) is NaN) and divided by
     infinity rather than its sum 0.
     """
-    scores = matmul(q, k.swapaxes(-1, -2))  # (..., Tq, Tk)
+    scores = xp.matmul(q, k.swapaxes(-1, -2))  # (..., Tq, Tk)
     scores *= q.dtype.type(scale)
     if keep is not None:  # in place, 2-4× faster than `where`'s new array at S and M
         shape = np.broadcast_shapes(scores.shape, keep.shape)
@@ -56,22 +56,6 @@ def softmax_grad(g, p):
     return p * (g - (g * p).sum(axis=-1, keepdims=True))
 
 
-def heads_apart(xp, a, b):
-    """`a @ b` for (..., h, T, n) @ (..., h, n, m), written into memory laid out as (..., T, h, m).
-
-    Heads are split from a (B, T, h·d) projection by a reshape and a transpose, and joined
-    after attention the same way back. With the product laid out so, joining the heads is
-    a free reshape instead of a copy, and so is splitting their gradients back in
-    backward (here q's, k's and v's gradients). Other shapes (no head axis, batch axes
-    that broadcast): a plain `a @ b`.
-    """
-    if a.ndim < 4 or a.shape[:-2] != b.shape[:-2]:
-        return matmul(a, b)
-    *batch, h, t, _ = a.shape
-    out = xp.empty((*batch, t, h, b.shape[-1]), dtype=a.dtype)  # (..., T, h, m)
-    return matmul(a, b, out=out.swapaxes(-3, -2), xp=xp)  # (..., h, T, m), a view of out
-
-
 def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
     """The keep-mask (or None): `mask`, and the causal rule if `causal`.
 
@@ -86,13 +70,14 @@ def attention_keep(backend, mask, causal: bool, t_q: int, t_k: int):
 
 
 @in_float32
+@fast_backward(attention_backward)  # the formula below, in place on forward's weights (kernels.py)
 class Attention(Function):
     """y = (p·d)·v, p = softmax(q·kᵀ·scale) over the keys each query may attend to (`mask`, `causal`),
     d the dropout mask (1 without dropout).
     dq = s·k;  dk = sᵀ·q;  dv = (p·d)ᵀ·g, where s = p·(gp - Σ gp·p)·scale, gp = (g·vᵀ)·d
 
-    Written for speed: the products land in the layout the heads are joined in (`heads_apart`)
-    and softmax's backward runs in place.
+    Written for speed: the products land in the layout the heads are joined in (`heads_apart`),
+    and on raw arrays softmax's backward runs in place.
     """
 
     saved = ("p", "drop", "p_used", "scale", "mask", "causal")
@@ -109,24 +94,10 @@ class Attention(Function):
         return heads_apart(self.xp, p, v)  # (..., Tq, d_v)
 
     def backward(self, g, q, k, v):
-        if self.creating_graph:  # on Tensors: the weights again from q and k, as a node
-            p = AttentionWeights.apply(q, k, mask=self.mask, causal=self.causal, scale=self.scale)  # (..., Tq, Tk)
-            drop = 1 if self.drop is None else self.drop
-            gs = softmax_grad(g @ v.swapaxes(-1, -2) * drop, p) * self.scale  # (..., Tq, Tk)
-            return gs @ k, gs.swapaxes(-1, -2) @ q, (p * drop).swapaxes(-1, -2) @ g
-        p, p_used = self.p, self.p_used
-        xp = self.xp
-        gv = heads_apart(xp, p_used.swapaxes(-1, -2), g) if self.needs_grad[2] else None  # (..., Tk, d_v)
-        gp = matmul(g, v.swapaxes(-1, -2))  # (..., Tq, Tk)
-        if self.drop is not None:
-            gp *= self.drop
-        gs = gp  # softmax backward, in place: p (gp - Σ gp p); 0 where blocked
-        gs -= row_dots(xp, gp, p)
-        gs *= p
-        gs *= q.dtype.type(self.scale)
-        gq = heads_apart(xp, gs, k) if self.needs_grad[0] else None  # (..., Tq, d)
-        gk = heads_apart(xp, gs.swapaxes(-1, -2), q) if self.needs_grad[1] else None  # (..., Tk, d)
-        return gq, gk, gv
+        p = grad_op(self, AttentionWeights, q, k, mask=self.mask, causal=self.causal, scale=self.scale)  # (..., Tq, Tk)
+        drop, matmul = (1 if self.drop is None else self.drop), self.xp.matmul
+        gs = softmax_grad(matmul(g, v.swapaxes(-1, -2)) * drop, p) * self.scale  # (..., Tq, Tk)
+        return matmul(gs, k), matmul(gs.swapaxes(-1, -2), q), matmul((p * drop).swapaxes(-1, -2), g)
 
 
 @in_float32
@@ -147,7 +118,7 @@ class AttentionWeights(Function):
         p = AttentionWeights.apply(q, k, mask=self.mask, causal=self.causal, scale=self.scale) \
             if self.creating_graph else self.p  # on Tensors: p as a node
         gs = softmax_grad(g, p) * self.scale  # (..., Tq, Tk)
-        return matmul(gs, k), matmul(gs.swapaxes(-1, -2), q)
+        return self.xp.matmul(gs, k), self.xp.matmul(gs.swapaxes(-1, -2), q)
 
 
 @lru_cache(maxsize=64)

@@ -8,13 +8,15 @@ They can be differentiated again all the same (Chainer's way). Under
 `backward(create_graph=True)` the gradient's formula runs on Tensors, and what forward
 saved is a plain array there, a constant to the graph: so each backward takes what it
 needs again from its input, as nodes of the graph (softmax's y is `Softmax.apply(x)` once
-more), and its gradient is made of differentiable ops, to any order.
+more), and its gradient is made of differentiable ops, to any order. Layer norm's gradient
+on raw arrays runs in place (twice.py's `fast_backward`, kernels.py).
 """
 from __future__ import annotations
 
 from ..function import Function
-from .kernels import column_dots, column_sums, row_dots, row_sums
+from .kernels import layer_norm_backward, row_dots, row_sums
 from .precision import in_float32
+from .twice import fast_backward
 
 
 def minus_max(x, axis):
@@ -64,6 +66,7 @@ class LogSoftmax(Function):
 
 
 @in_float32
+@fast_backward(layer_norm_backward)  # the formula below, in place on forward's x̂ and 1/σ (kernels.py)
 class LayerNorm(Function):
     """y = x̂·w + b, x̂ = (x - mean x) / √(var x + eps) over the last axis (Ba et al., 2016).
     dx = (ĝ - mean ĝ - x̂·mean(ĝ·x̂)) / √(var x + eps), with ĝ = g·w;  dw = Σ g·x̂;  db = Σ g  (Σ over rows)
@@ -73,9 +76,10 @@ class LayerNorm(Function):
     rows whose mean is large compared to their spread. eps sits inside the sqrt,
     as in PyTorch. A row whose variance overflows the dtype ([1e308, -1e308]) gives NaN
     rather than a silent row of zeros (PyTorch gives NaN there, and zeros for float32
-    [1e20, -1e20]). Forward and backward work in place on the arrays they just made: a
-    layer norm runs on every residual stream, and each full-size temporary spared is a
-    pass over memory spared. An empty row (D = 0) gives an empty result.
+    [1e20, -1e20]). Forward works in place on the arrays it just made, and so does backward
+    on raw arrays (`layer_norm_backward`): a layer norm runs on every residual stream, and each
+    full-size temporary spared is a pass over memory spared. An empty row (D = 0) gives an
+    empty result.
     """
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
@@ -93,22 +97,12 @@ class LayerNorm(Function):
         y += b
         return y
 
-    def backward(self, g, x, w, b):
-        if self.creating_graph:  # on Tensors: x̂ and 1/σ again from x, as nodes
-            centred = x - x.mean(axis=-1, keepdims=True)  # (..., D)
-            rstd = 1 / ((centred * centred).mean(axis=-1, keepdims=True) + self.eps).sqrt()  # (..., 1)
-            x_hat, rows = centred * rstd, tuple(range(g.ndim - 1))
-            gh = g * w  # (..., D) ĝ, the gradient of x̂
-            gx = (gh - gh.mean(axis=-1, keepdims=True) - x_hat * (gh * x_hat).mean(axis=-1, keepdims=True)) * rstd
-            return (gx, (g * x_hat).sum(axis=rows) if self.needs_grad[1] else None,
-                    g.sum(axis=rows) if self.needs_grad[2] else None)
-        x_hat, rstd = self.x_hat, self.rstd
-        xp, D = self.xp, max(x.shape[-1], 1)
-        gw = column_dots(xp, g, x_hat) if self.needs_grad[1] else None  # (D,)
-        gb = column_sums(xp, g) if self.needs_grad[2] else None  # (D,)
-        gx = g * w  # (..., D) the gradient of x_hat, turned into x's in place below
-        dot = row_dots(xp, gx, x_hat) / D  # (..., 1)
-        gx -= row_sums(xp, gx) / D
-        gx -= x_hat * dot
-        gx *= rstd
+    def backward(self, g, x, w, b):  # x̂ and 1/σ again from x: on Tensors, nodes of the graph
+        centred = x - x.mean(axis=-1, keepdims=True)  # (..., D)
+        rstd = 1 / self.xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + self.eps)  # (..., 1)
+        x_hat, rows = centred * rstd, tuple(range(g.ndim - 1))  # (..., D); the axes summed for w and b
+        gh = g * w  # (..., D) ĝ, the gradient of x̂
+        gx = (gh - gh.mean(axis=-1, keepdims=True) - x_hat * (gh * x_hat).mean(axis=-1, keepdims=True)) * rstd
+        gw = (g * x_hat).sum(axis=rows) if self.needs_grad[1] else None  # (D,)
+        gb = g.sum(axis=rows) if self.needs_grad[2] else None  # (D,)
         return gx, gw, gb

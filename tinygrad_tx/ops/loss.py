@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from ..function import Function
 from .fused import Softmax, minus_max
-from .kernels import as_rows, row_sums
+from .kernels import as_rows, cross_entropy_backward, row_sums
 from .precision import in_float32
 from .select import check_range
+from .twice import fast_backward, grad_op
 
 REDUCTIONS = ("mean", "sum", "none")
 
 
 @in_float32
+@fast_backward(cross_entropy_backward)  # the formula below, in place on forward's exponentials (kernels.py)
 class CrossEntropy(Function):
     """y = Σ_n s_n·ℓ_n ("mean", "sum") or the ℓ_n themselves ("none"), for logits x (N, C):
     ℓ_n = log Σ_c exp(x_nc) - Σ_c q_nc·x_nc, q = (1 - ε)·onehot(target) + ε/C, and s_n = 1/(rows kept)
@@ -30,9 +32,9 @@ class CrossEntropy(Function):
     dlogits = g·s_n·(softmax(x_n) - q_n);  dtarget = none (integer ids)
 
     Written for few passes over the (N, C) logits, the largest array of a language model:
-    forward reads them for the max, the shift, the exponentials and their sum; backward
-    writes the gradient once and fixes the N target entries. Under create_graph the
-    same gradient is built from `Softmax.apply(logits)`, so it can be differentiated again."""
+    forward reads them for the max, the shift, the exponentials and their sum; backward on
+    raw arrays (`cross_entropy_backward`) writes the gradient once and fixes the N target
+    entries. The formula below takes softmax again as an op, so it can be differentiated again."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
     saved = ("count", "e", "log_z", "rows", "target", "keep", "eps", "reduction")
@@ -43,7 +45,7 @@ class CrossEntropy(Function):
         keep = flat_target != ignore_index if ignore_index is not None else None  # (N,)
         if keep is not None:
             flat_target = xp.where(keep, flat_target, 0)  # ignored ids may be anything, even out of range
-        check_range(flat_target, C, "cross_entropy: id")  # ids are values: checked where values are
+        check_range(self.backend, flat_target, C, "cross_entropy: id")  # ids are values: checked where values are
         shifted = as_rows(minus_max(logits, -1))  # (N, C)
         picked = shifted[rows, flat_target]  # (N,) the target's shifted logit
         # row sums by BLAS, 3× faster than NumPy's reduce on the (N, C) rows here
@@ -64,20 +66,15 @@ class CrossEntropy(Function):
             return loss.reshape(target.shape)
         return loss.sum() / self.count if reduction == "mean" else loss.sum()
 
-    def backward(self, g, logits, target):
-        xp, e, eps = self.xp, self.e, self.eps
-        C = e.shape[-1]
-        scale = g.reshape(-1) if self.reduction == "none" else xp.broadcast_to(g / self.count, e.shape[:1])
-        if self.keep is not None:
-            scale = xp.where(self.keep, scale, 0)  # (N,) ignored rows get no gradient
-        # d loss / d logits = (softmax - q) · scale, with q = (1 - ε) onehot(t) + ε / C
-        if self.creating_graph:  # on Tensors: softmax again from the logits, as a node; q a constant
-            q = self.backend.xp.full(e.shape, eps / C, dtype=e.dtype)  # (N, C)
-            q[self.rows, self.target] += 1 - eps
-            p = Softmax.apply(logits.reshape(e.shape), axis=-1)  # (N, C)
-            return ((p - q) * scale.reshape(-1, 1)).reshape(logits.shape), None
-        gx = e * (scale / xp.exp(self.log_z))[:, None]  # softmax · scale: (N, C)
-        if eps:
-            gx -= (eps / C * scale)[:, None]
-        gx[self.rows, self.target] -= (1 - eps) * scale
-        return gx.reshape(logits.shape), None
+    def backward(self, g, logits, target):  # d loss / d logits = g·s·(softmax - q)
+        N, C = self.e.shape
+        q = self.backend.xp.full((N, C), self.eps / C, dtype=self.e.dtype)  # the smoothed one-hot, a constant
+        q[self.rows, self.target] += 1 - self.eps
+        p = grad_op(self, Softmax, logits.reshape(N, C), axis=-1)  # (N, C); on Tensors a node
+        return ((p - q) * self.row_weights(g).reshape(N, 1)).reshape(logits.shape), None
+
+    def row_weights(self, g):
+        """g·s_n, each row's weight in the loss times the upstream gradient, 0 on ignored rows. (N,)"""
+        xp = self.xp
+        scale = g.reshape(-1) if self.reduction == "none" else xp.broadcast_to(g / self.count, self.e.shape[:1])
+        return scale if self.keep is None else xp.where(self.keep, scale, 0)

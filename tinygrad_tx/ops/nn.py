@@ -5,10 +5,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend
+from ..backends import Backend
 from ..function import Function
 from .kernels import as_rows
 from .select import ScatterAdd, check_range
+from .twice import grad_op
 
 
 def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
@@ -19,33 +20,29 @@ def dropout_mask(backend: Backend, shape: tuple, dtype: Any, p: float) -> Any:
 
 class Embedding(Function):
     """y = weight[ids], one row of `weight` per id.
-    dweight = g scattered back to the rows of the ids, with add (0 on `padding_idx`'s row);  dids = none (integer ids)
+    dweight = g scattered back to the rows of the ids, with add, but for the uses of `padding_idx`
+    dids = none (integer ids)
 
     The add matters: an id used twice in a batch receives both gradients. The ids are values, so they are
     checked where values are, in forward, at every call (NumPy would wrap a negative one
-    around silently, CuPy any bad one). Under create_graph the scatter is an op of its own
-    (`ScatterAdd`, whose gradient is indexing again)."""
+    around silently, CuPy any bad one). `padding_idx` is a row's index in [0, num) (the way in,
+    `F.embedding`, normalises a negative one). The scatter is an op of its own (`ScatterAdd`,
+    whose gradient is indexing again), so the gradient can be differentiated again."""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
-    saved = ("padding_idx",)
+    saved = ("flat_ids", "keep")
 
     def forward(self, weight, ids, padding_idx):
-        check_range(ids, weight.shape[0], "embedding: id")
-        self.padding_idx = padding_idx
+        check_range(self.backend, ids, weight.shape[0], "embedding: id")
+        self.flat_ids = ids.reshape(-1)  # (N,)
+        self.keep = None if padding_idx is None else (self.flat_ids != padding_idx).astype(weight.dtype)[:, None]
         return weight[ids]  # (..., D)
 
     def backward(self, g, weight, ids):
-        if self.creating_graph:  # on Tensors: the scatter recorded as an op
-            flat_ids = ids.data.reshape(-1)  # (N,) integer ids are constants
-            gw = ScatterAdd.apply(as_rows(g), shape=weight.shape, index=(flat_ids,), advanced=True)  # (num, D)
-            if self.padding_idx is not None:
-                gw = gw.masked_fill((self.backend.xp.arange(weight.shape[0]) == self.padding_idx)[:, None], 0.0)
-            return gw, None
-        gw = self.xp.zeros(weight.shape, dtype=g.dtype)  # (num, D)
-        self.backend.scatter_add(gw, ids.reshape(-1), as_rows(g))
-        if self.padding_idx is not None:
-            gw[self.padding_idx] = 0  # the padding row stays as it is, as in PyTorch
-        return gw, None
+        rows = as_rows(g)  # (N, D): the gradient of each id's row
+        if self.keep is not None:
+            rows = rows * self.keep  # (N, D): a padding id's use sends nothing back; its row stays (PyTorch's rule)
+        return grad_op(self, ScatterAdd, rows, shape=weight.shape, index=self.flat_ids, advanced=True), None
 
 
 class Dropout(Function):

@@ -17,7 +17,8 @@ import numpy as np
 
 
 def in_float32(cls: type) -> type:
-    """Class decorator for a once-differentiable op whose float16 work is done in float32."""
+    """Class decorator: the op's float16 work is done in float32, in forward and in backward, on
+    raw arrays and on Tensors (create_graph) alike."""
     forward, backward = cls.forward, cls.backward
 
     @functools.wraps(forward)

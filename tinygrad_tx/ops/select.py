@@ -7,13 +7,13 @@ with plain assignment, which would keep only one.
 """
 from __future__ import annotations
 
-import traceback
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from ..backend import Backend, DeviceError
+from ..backends import Backend, DeviceError
 from ..function import Function
+from .twice import grad_op
 
 
 class Getitem(Function):
@@ -28,36 +28,29 @@ class Getitem(Function):
 
     def forward(self, x, index, advanced, ranges):
         for i, axis in ranges:
-            check_range(index[i], x.shape[axis], "index", f"axis {axis} of size", negative=True)
+            check_range(self.backend, index[i], x.shape[axis], "index", f"axis {axis} of size", negative=True)
         self.index, self.advanced = index, advanced
         return x[index]
 
     def backward(self, g, x):
-        if self.creating_graph:  # the scatter is recorded as an op of its own
-            return (ScatterAdd.apply(g, shape=x.shape, index=self.index, advanced=self.advanced),)
-        return (scatter(self.backend, g, x.shape, self.index, self.advanced),)
-
-
-def scatter(backend: Backend, g: Any, shape: tuple, index: tuple, advanced: bool) -> Any:
-    """Zeros of `shape` with g added at `index`: where each picked element came from."""
-    out = backend.xp.zeros(shape, dtype=g.dtype)
-    if advanced:
-        backend.scatter_add(out, index, g)  # repeated indices accumulate
-    else:
-        out[index] = g  # slices and ints never repeat an element
-    return out
+        return (grad_op(self, ScatterAdd, g, shape=x.shape, index=self.index, advanced=self.advanced),)
 
 
 class ScatterAdd(Function):
-    """y = zeros(shape) with g added at `index` (Getitem's gradient as an op, used under create_graph);
-    dg = gg[index]: its own gradient is indexing again"""
+    """y = zeros(shape) with g added at `index`, where each picked element came from (Getitem's and
+    Embedding's gradient, an op of its own);  dg = gg[index]: its own gradient is indexing again"""
 
     broadcasts = False  # returns each gradient in its input's shape: nothing to sum back
-    saved = ("index", "advanced")
+    saved = ("index",)
 
     def forward(self, g, shape, index, advanced):
-        self.index, self.advanced = index, advanced
-        return scatter(self.backend, g, shape, index, advanced)
+        self.index = index
+        out = self.xp.zeros(shape, dtype=g.dtype)
+        if advanced:
+            self.backend.scatter_add(out, index, g)  # repeated indices accumulate
+        else:
+            out[index] = g  # slices and ints never repeat an element
+        return out
 
     def backward(self, gg, g):
         return (gg[self.index],)
@@ -102,35 +95,14 @@ def is_bool_array(item: Any) -> bool:
     return getattr(item, "dtype", None) == np.bool_ and getattr(item, "ndim", 0) > 0
 
 
-deferred_checks: list | None = None  # while a CUDA graph is captured (jit/graph.py): the checks to read after it
-
-
-def check_range(ids: Any, size: int, what: str, where: str = "size", negative: bool = False) -> None:
+def check_range(backend: Backend, ids: Any, size: int, what: str, where: str = "size", negative: bool = False) -> None:
     """Every id in [0, size) (or [-size, size) with `negative`, as indexing allows), checked
-    here because CuPy would wrap a bad id around silently. While a CUDA graph is captured no
-    value can be read: the check is then part of the graph, read after each launch."""
+    here because CuPy would wrap a bad id around silently (by the backend, which knows when no value
+    can be read yet: inside a CUDA graph)."""
     if ids.size == 0:
         return
     bad = (ids < (-size if negative else 0)) | (ids >= size)
-    if deferred_checks is not None:
-        deferred_checks.append(RangeCheck(bad, ids, size, what, where, traceback.extract_stack()))
-        return
-    if bad.any():
-        raise IndexError(RangeCheck(bad, ids, size, what, where).message())
-
-
-class RangeCheck(NamedTuple):
-    """One range check: `bad` marks the ids out of range; `stack`: where a deferred one was made."""
-
-    bad: Any
-    ids: Any
-    size: int
-    what: str
-    where: str
-    stack: Any = None
-
-    def message(self) -> str:
-        return f"{self.what} {int(self.ids[self.bad].reshape(-1)[0])} is out of range for {self.where} {self.size}"
+    backend.check(bad, lambda: IndexError(f"{what} {int(ids[bad].reshape(-1)[0])} is out of range for {where} {size}"))
 
 
 def as_array(value: Any, backend: Backend, what: str, kinds: str, error: type = TypeError) -> Any:

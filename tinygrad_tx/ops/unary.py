@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 
 from ..function import Function
-from .kernels import GELU_A, gelu_tanh, gelu_tanh_grad
+from .kernels import GELU_A, SQRT_2_OVER_PI, gelu_backward, gelu_tanh
 from .precision import in_float32
+from .twice import fast_backward
 
 
 class Exp(Function):
@@ -104,10 +105,8 @@ class Abs(Function):
         return (g * ((x > 0).astype(g.dtype) - (x < 0).astype(g.dtype)),)
 
 
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
 @in_float32  # float16's x * x overflows above 256: its gradient was 0 · inf = NaN
+@fast_backward(gelu_backward)  # the tanh form's gradient in place (kernels.py)
 class Gelu(Function):
     """y = x·Φ(x), Φ the normal distribution function (Hendrycks & Gimpel): exact, via erf, or
     by PyTorch's tanh approximation Φ(x) ≈ ½(1 + t), t = tanh(√(2/π)·(x + 0.044715·x³)).
@@ -124,20 +123,17 @@ class Gelu(Function):
             raise ValueError(f'gelu: approximate must be "none" or "tanh", not {approximate!r}')
         self.approximate = approximate
         if approximate == "tanh":  # the formula above, computed in place (kernels.py)
-            y, self.t = gelu_tanh(self.xp, x, SQRT_2_OVER_PI)
+            y, self.t = gelu_tanh(self.xp, x)
             return y
         self.cdf = (0.5 * (1 + self.backend.erf(x * (1 / math.sqrt(2))))).astype(x.dtype)  # Φ(x); erf may widen float16
         return x * self.cdf
 
     def backward(self, g, x):
         if self.approximate == "tanh":
-            if not self.creating_graph:
-                return (gelu_tanh_grad(self.xp, g, x, self.t, SQRT_2_OVER_PI),)  # the formula below, in place (kernels.py)
-            # on Tensors (create_graph), t again from x, as a node
             t = self.xp.tanh(SQRT_2_OVER_PI * (x + GELU_A * x * x * x))  # x*x*x: NumPy's x**3 calls pow(), 60x slower
             du = SQRT_2_OVER_PI * (1 + 3 * GELU_A * x * x)  # d/dx of tanh's argument
             return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du),)
-        cdf = 0.5 * (1 + Erf.apply(x * (1 / math.sqrt(2)))) if self.creating_graph else self.cdf  # Φ(x), a node
+        cdf = 0.5 * (1 + Erf.apply(x * (1 / math.sqrt(2)))) if self.creating_graph else self.cdf  # Φ(x): a node again
         pdf = self.xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))  # φ(x)
         return (g * (cdf + x * pdf),)
 

@@ -147,6 +147,7 @@ def test_graph_keys_scales_and_one_numbering(page, walkthrough_url, shots):
     assert page.eval_on_selector("#panel", "p => p.scrollTop") == 0  # each node's panel starts at its top
 
     engine = traced_steps()
+    page.click("#level-op")  # the walk by op: step k visits node #k
     for _ in range(3):
         page.keyboard.press("ArrowRight")
     page.wait_for_selector("#back-pos:text-matches('^step 3 of')")
@@ -230,6 +231,7 @@ def test_every_gradient_the_page_shows_equals_grad(page, walkthrough_url):
         assert norm == pytest.approx(np.linalg.norm(expected), rel=2e-3)
         checked += 1
     assert checked == len(truth) == 26  # 21 ops and 5 leaves
+    page.click("#level-op")
     for step in range(1, 22):  # and the gradient arriving at each step of the walk is that node's .grad
         page.keyboard.press("ArrowRight")
         page.wait_for_selector(f"#panel h2:has-text('backward step {step}:')")
@@ -248,6 +250,7 @@ def test_a_backward_step_opens_the_box_of_its_node_and_shows_it_readably(page, r
     open_page(page, run_url)
     assert page.locator("#graph .node.module").count() >= 2  # it starts folded
     box = page.locator("#graph").bounding_box()
+    page.click("#level-op")
     for step in range(1, 13):
         page.keyboard.press("ArrowRight")
         page.wait_for_selector(f"#panel h2:has-text('backward step {step}:')")
@@ -294,7 +297,10 @@ def test_the_guided_tour_visits_each_stop(page, run_url, run_explorer, shots):
         page.wait_for_selector(f"#tour .note:has-text('stop {k} of {len(stops)}')")
         assert page.inner_text("#tour .tour-text") == stop["text"]
         mark = "current" if stop["phase"] == "backward" and stop["node"].startswith("op") else "selected"
-        page.wait_for_selector(f"#graph .node.{mark}[data-id='{stop['node']}']")  # shown itself, not its box
+        if stop["phase"] == "update":  # the last: the update view, at its parameter (test_browser_update.py)
+            page.wait_for_selector(f"#view-update tr.chosen[data-name='{stop['param']}']")
+        else:
+            page.wait_for_selector(f"#graph .node.{mark}[data-id='{stop['node']}']")  # shown itself, not its box
         if k == 3:
             page.screenshot(path=str(shots / "explorer_tour.png"))
         if k < len(stops):
@@ -474,6 +480,8 @@ def test_a_saved_page_opens_from_disk_with_no_request(browser, tiny_run, tmp_pat
     try:
         assert not page.locator("#saved-note").is_hidden()
         page.keyboard.press("ArrowRight")
+        page.wait_for_selector("#panel h2:has-text('module step 1')")
+        page.click("#level-op")
         page.wait_for_selector("#panel h2:has-text('backward step 1')")
         page.locator("#graph .node.module", has_text="decoder").first.click()
         page.wait_for_selector("#graph .node.module >> text=decoder.layers.0")
@@ -505,7 +513,7 @@ def test_a_saved_function_page_opens_from_disk_and_in_a_notebook(browser, tmp_pa
         page.locator("#graph .node.op", has_text="Softmax").click()
         page.wait_for_selector("#panel pre.source-backward")
         page.keyboard.press("ArrowRight")
-        page.wait_for_selector("#panel h2:has-text('backward step 1')")
+        page.wait_for_selector("#panel h2:has-text('module step 1')")
         assert page.requests == [(tmp_path / "step.html").resolve().as_uri()] and page.errors == []
     finally:
         page.close()

@@ -438,7 +438,8 @@ def test_a_run_without_a_checkpoint_is_served_and_fills_in_as_checkpoints_appear
     snapshots = [f"snapshots/step_{s:06d}.npz" for s in (100, 200, 300)]
     assert explorer.get["/api/metrics"]({})["checkpoints"] == [*snapshots, "last.npz"]
     graph = explorer.get["/api/graph"]({})
-    assert graph["shows"] == {"checkpoint": "last.npz", "step": 300} and len(graph["nodes"]) > 100
+    assert graph["shows"] == {"checkpoint": "last.npz", "step": 300, "mode": "training mode: no dropout (its rates are 0)"}
+    assert len(graph["nodes"]) > 100
     assert "first validation" in explorer.post["/api/translate"]({"sentence": "abc"})["waiting"]  # best.npz: not yet
     shutil.copy(tiny_run / "best.npz", run / "best.npz")
     answer = explorer.post["/api/translate"]({"sentence": "abcdefg", "beam": 4})
@@ -477,7 +478,8 @@ def test_the_news_stream_announces_new_checkpoints(tiny_run, tmp_path):
     with serving(open_explorer(run)) as url, urllib.request.urlopen(url + "/api/events/metrics", timeout=30) as stream:
         first = strict(stream.readline().decode().removeprefix("data: "))
         stream.readline()
-        assert first["checkpoints"] == [] and first["versions"] == {"best.npz": "", "last.npz": ""}
+        assert first["checkpoints"] == [] and first["versions"]["best.npz"] == first["versions"]["last.npz"] == ""
+        assert first["versions"]["layer_stats.jsonl"] != ""  # the copy kept the run's record of its layers
         shutil.copy(tiny_run / "last.npz", run / "last.npz")
         second = strict(stream.readline().decode().removeprefix("data: "))
         assert second["checkpoints"] == ["last.npz"] and second["versions"]["last.npz"] != ""
@@ -603,7 +605,7 @@ def test_the_command_serves_then_ctrl_c_stops_it(tiny_run):
         line = process.stdout.readline()
         assert line.startswith("explorer at http://127.0.0.1:")
         url = line.split()[2].rstrip("/")
-        assert get(url + "/api/info")[1]["views"] == ["graph", "translate", "training", "compiled"]
+        assert get(url + "/api/info")[1]["views"] == ["graph", "update", "translate", "training", "compiled"]
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
         assert "explorer stopped" in process.stdout.read() and process.stderr.read() == ""

@@ -144,7 +144,7 @@ def test_the_server_still_answers_and_serves_its_assets(run_url):
         status, body = raw(run_url, request("GET", path, port_url=run_url))
         assert status == 200 and body
     status, body = raw(run_url, request("GET", "/api/info", port_url=run_url))
-    assert status == 200 and json.loads(body)["views"] == ["graph", "translate", "training", "compiled"]
+    assert status == 200 and json.loads(body)["views"] == ["graph", "update", "translate", "training", "compiled"]
 
 
 # -- requests from elsewhere do no work -------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .export import SavedPage, check_page_path, write_page
-from .params import BadRequest, text, whole
+from .params import BadRequest, text
 from .parts import attention_parts
 from .server import Explorer
 from .step import StepRecord
@@ -53,12 +53,13 @@ def step_endpoints(current: StepRecord | Callable[[], StepRecord], title: str = 
         "/api/graph": view(lambda r, params: r.graph()),
         "/api/node": view(lambda r, params: r.node(text(params.get("id"), "id"))),
         "/api/walk": view(lambda r, params: r.walk()),
-        "/api/walk_step": view(lambda r, params: r.walk_step(whole(params.get("n"), "n", 1))),
+        "/api/walk_step": view(lambda r, params: r.walk_step(params.get("n"))),
+        "/api/module_step": view(lambda r, params: r.module_step(params.get("n"))),
         "/api/compiled": view(lambda r, params: r.compiled),
         "/api/profile": view(lambda r, params: r.profiled()),
         "/api/parts": view(lambda r, params: _parts(r, params)),
         "/api/part_node": view(lambda r, params: _part(r, params).node(text(params.get("part"), "part"))),
-        "/api/part_step": view(lambda r, params: _part(r, params).walk_step(whole(params.get("n"), "n", 1))),
+        "/api/part_step": view(lambda r, params: _part(r, params).walk_step(params.get("n"))),
     }
 
 
@@ -89,6 +90,8 @@ def step_answers(record: StepRecord, title: str) -> dict[str, Any]:
         answers[f"/api/node?id={nid}"] = get["/api/node"]({"id": nid})
     for step in record.steps:
         answers[f"/api/walk_step?n={step.number}"] = get["/api/walk_step"]({"n": str(step.number)})
+    for module in record.modules:
+        answers[f"/api/module_step?n={module.number}"] = get["/api/module_step"]({"n": str(module.number)})
     for nid, node in record.nodes.items():
         if node["title"] == "Attention":
             answers[f"/api/parts?id={nid}"] = get["/api/parts"]({"id": nid})

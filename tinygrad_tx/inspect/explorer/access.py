@@ -7,6 +7,9 @@ work only when:
 
 - its Host header names the address the server listens on (on a loopback address:
   that address or `localhost`), so a rebound name is refused;
+- it is not made to fill a frame (`Sec-Fetch-Dest` iframe, frame, embed, object): no page,
+  not even its own files, is answered into another site's frame, where the page could
+  be dressed up and its clicks made for it (every answer also forbids framing);
 - it does not come from another origin: the browser's `Sec-Fetch-Site` is
   `same-origin` or `none` (typed into the address bar), and an `Origin` header, where
   there is one, is the explorer's own;
@@ -21,6 +24,10 @@ import ipaddress
 import secrets
 from http.cookies import CookieError, SimpleCookie
 from typing import Mapping
+
+
+FRAMES = frozenset({"iframe", "frame", "embed", "object", "fencedframe"})
+"""The `Sec-Fetch-Dest` of a request made to fill a frame."""
 
 
 def is_loopback(host: str) -> bool:
@@ -72,6 +79,9 @@ class Access:
         host = headers.get("Host", "")
         if self.hosts is not None and host not in self.hosts:
             return f"wrong Host header {host[:60]!r}: this explorer answers {' or '.join(sorted(self.hosts))}"
+        dest = headers.get("Sec-Fetch-Dest")
+        if dest in FRAMES:
+            return f"the explorer is not shown inside a frame ({dest}): open it in a tab of its own"
         site = headers.get("Sec-Fetch-Site")
         if work and site is not None and site not in ("same-origin", "none"):
             return f"a request from another site ({site}) is refused: open the explorer's own page"

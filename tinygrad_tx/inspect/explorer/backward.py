@@ -38,6 +38,12 @@ def _held(fn) -> list[str]:
             + [f"saved {name}" for name in fn.saved_values()])
 
 
+def plan_steps(plan: Any) -> list:
+    """A plan's steps, each with `.node`, `.shape`, `.releases` and `.freed`: the one place this
+    file reads the engine's plan presentation (`BackwardPlan.steps`)."""
+    return plan.steps
+
+
 def seed_gradient(root: Tensor) -> Tensor | None:
     """The gradient backward starts from: None (that is, 1) for a scalar, ones for any other result."""
     return None if root.size == 1 else Tensor(np.ones(root.shape, dtype=root.dtype), device=root.device)
@@ -49,12 +55,12 @@ def backward_steps(root: Tensor, grad: Tensor | None, node_id: Callable[[Any], s
     (a Function, or a leaf Tensor) the way the page's graph does."""
     held = {}  # what each node holds for backward, noted before the walk releases it
     if root.grad_fn is not None:
-        held = {id(s.node): _held(s.node) for s in backward_plan(root, retain_graph).steps if not s.freed}
+        held = {id(s.node): _held(s.node) for s in plan_steps(backward_plan(root, retain_graph)) if not s.freed}
     with trace_backward() as walk:
         root.backward(grad, retain_graph=retain_graph)
     steps = []
     for step in walk.steps:
-        planned = walk.plans[0].steps[step.step]
+        planned = plan_steps(walk.plans[0])[step.step]
         record = WalkStep(step.number, node_id(step.node), step.op, step.grad,
                           releases=held.get(id(step.node), []) if planned.releases else [])
         for flow in step.sent:

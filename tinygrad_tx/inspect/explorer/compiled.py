@@ -13,6 +13,7 @@ to fold.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any, Callable
 
 from ... import Tensor
@@ -29,13 +30,10 @@ def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Ten
     {"refused": why} when `tx.jit` cannot record it."""
     from ...jit import JitError, jit  # here: tx.jit itself watches the engine through tx.inspect
 
-    def step(*arguments):
-        root = first_tensor(fn(*arguments))
-        if root.requires_grad:  # (if not, the explorer says so itself)
-            root.backward(seed if seed is not None else seed_gradient(root))
-        return root
-
-    jitted = jit(step)
+    # A partial, not a closure: the jit looks into what a partial binds, but not into the cells
+    # of the engine's own functions, so a `fn` held in a closure here (a run's step, whose model
+    # and batch it binds) would hide every weight it uses from the jit's checks, and be refused.
+    jitted = jit(partial(_forward_and_backward, fn, first_tensor, seed))
     try:
         jitted(*args)
     except JitError as e:
@@ -43,6 +41,15 @@ def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Ten
     tape = jitted.tape(*args)
     return {"summary": str(tape).splitlines()[0], "source": tape.source(),
             "ops": [(op.index, op.cls.__name__, op.recorded) for op in tape.ops]}
+
+
+def _forward_and_backward(fn: Callable, first_tensor: Callable[[Any], Tensor], seed: Tensor | None,
+                          *arguments: Any) -> Tensor:
+    """The step the compiled view records: `fn`, then a backward from its result."""
+    root = first_tensor(fn(*arguments))
+    if root.requires_grad:  # (if not, the explorer says so itself)
+        root.backward(seed if seed is not None else seed_gradient(root))
+    return root
 
 
 def link_lines(record: dict, graph_ops: list[tuple[str, str]]) -> dict:

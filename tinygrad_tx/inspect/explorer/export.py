@@ -7,6 +7,17 @@ Security Policy in the file forbids it any request at all, so it opens from disk
 from an e-mail or inside a notebook's output the same way. A request it does not
 hold (a sentence other than the saved one) is answered with a message saying so.
 
+The answers are JSON inside `<script type="application/json">`, with every `<`, `>` and `&`
+written as a \\u escape and all else outside ASCII too (U+2028 and U+2029 among them): a
+script element's text is not parsed as JSON by the browser's HTML parser but scanned for
+sequences such as `</script`, or `<!--` followed by `<script`, that end the element
+elsewhere or hide the rest of the page; with no `<` in it, nothing a sentence or a run
+directory's name holds can do either, and `JSON.parse` gives back every character.
+
+A page is only ever written over if it is one this module wrote: its `<head>` begins with
+the generator tag that only this module writes. Anything else (a user's page, a symbolic
+link, a FIFO, which is never opened) is refused before any work.
+
 In Jupyter the page is shown in an `<iframe srcdoc=...>` (`SavedPage._repr_html_`):
 the notebook's own page and its styles stay apart from the explorer's.
 """
@@ -14,18 +25,23 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-from ...serialization import write_atomically
+from ...files import check_output_path, read_head, write_atomically
 from . import strict_json
 from .server import ASSETS, asset
 
 GENERATOR = "tinygrad_tx explorer"
-"""Written into a saved page: the mark of a file this module may write over."""
+MARK = f'<meta name="generator" content="{GENERATOR}">'
+"""The first tag of a saved page's head: the mark of a file this module may write over."""
+SAVED = re.compile(rb"\s*<!doctype html>\s*<html[^>]*>\s*<head>\s*" + re.escape(MARK.encode()), re.IGNORECASE)
+HEAD_BYTES = 4096
+SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+"""JSON text's escapes for the characters the HTML parser acts on inside a script element."""
 POLICY = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 SCRIPT = re.compile(r'<script src="([\w/.]+)"></script>')
 STYLE = re.compile(r'<link rel="stylesheet" href="([\w/.]+)">')
@@ -52,14 +68,8 @@ def check_page_path(path: str | Path) -> None:
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--html {path}: the file name must end in .html")
-    if not path.resolve().parent.is_dir():
-        raise ValueError(f"--html {path}: the directory to write it into does not exist")
-    if path.is_dir():
-        raise ValueError(f"--html {path} is a directory, not a file")
-    if path.exists() and GENERATOR not in path.read_bytes()[:2000].decode("utf-8", "replace"):
+    if check_output_path(path, "--html") and not SAVED.match(read_head(path, HEAD_BYTES)):
         raise ValueError(f"--html {path} exists and is not a page the explorer saved: not written over")
-    if not os.access(path if path.exists() else path.resolve().parent, os.W_OK):
-        raise ValueError(f"--html {path}: no permission to write it")
 
 
 DIGITS = 6
@@ -80,20 +90,20 @@ def rounded(value: Any) -> Any:
 def page_text(answers: dict[str, Any]) -> str:
     """index.html with everything it loads inlined and `answers` inside."""
     page = asset("index.html").decode()
-    page = page.replace("<head>", f'<head>\n  <meta name="generator" content="{GENERATOR}">\n'
+    page = page.replace("<head>", f'<head>\n  {MARK}\n'
                                   f'  <meta http-equiv="Content-Security-Policy" content="{POLICY}">', 1)
     icon = "data:image/svg+xml;base64," + base64.b64encode(asset(ASSETS["/favicon.svg"])).decode()
     page = ICON.sub(lambda m: f'<link rel="icon" href="{icon}">', page)
     page = STYLE.sub(lambda m: f"<style>\n{asset(ASSETS[m[1]]).decode()}</style>", page)
-    data = strict_json.dumps(rounded(strict_json.plain(answers)))
-    data = data.replace("</", "<\\/")  # nothing inside can end the script element that holds it
+    data = json.dumps(rounded(strict_json.plain(answers)), allow_nan=False).translate(SAFE)  # ASCII, no < > &
     first = True
 
     def inline(match: re.Match) -> str:
         nonlocal first
         code = asset(ASSETS[match[1]]).decode()
-        if "</script" in code.lower():
-            raise ValueError(f"{match[1]} contains '</script', which would end its inlined script early")
+        if re.search(r"<!--|</?script", code, re.IGNORECASE):
+            raise ValueError(f"{match[1]} contains '<!--' or '<script' or '</script', which would change where "
+                             "its inlined script ends")
         saved = f'<script id="tx-saved" type="application/json">{data}</script>\n  ' if first else ""
         first = False
         return f"{saved}<script>\n{code}\n</script>"

@@ -35,16 +35,22 @@ from .access import Access, is_loopback
 from .params import BadRequest, flat
 
 ASSETS = {"/": "index.html", **{"/" + name: name for name in (  # request path -> file under static/
-    "favicon.svg", "explore.css", *(f"{name}.js" for name in ("api", "draw", "graph", "parts", "tour", "translate",
-                                                               "training", "compiled", "explore")),
+    "favicon.svg", "explore.css", *(f"{name}.js" for name in ("api", "draw", "graph", "walk", "parts", "tour",
+                                                               "translate", "stats", "training", "compiled", "update",
+                                                               "explore")),
     "vendor/dagre.min.js", "vendor/LICENSE-dagre.txt", "vendor/dagre.min.js.LEGAL.txt")}}
-SCRIPTS = ["vendor/dagre.min.js", *(f"{name}.js" for name in ("api", "draw", "graph", "parts", "tour", "translate",
-                                                               "training", "compiled", "explore"))]
+SCRIPTS = ["vendor/dagre.min.js", *(f"{name}.js" for name in ("api", "draw", "graph", "walk", "parts", "tour",
+                                                               "translate", "stats", "training", "compiled", "update",
+                                                               "explore"))]
 """The page's scripts in the order it runs them (index.html, and the saved page, which inlines them)."""
 TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
          ".js": "text/javascript; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
 MAX_BODY = 64 * 1024
 """The largest request body accepted (a sentence and a few settings need far less)."""
+SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
+                    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                               "frame-ancestors 'none'"}
+"""Sent with every answer: no framing by any page (X-Frame-Options for browsers without CSP 3), no type sniffing."""
 LENGTH = re.compile(r"[0-9]{1,9}")  # a Content-Length: ASCII digits ("²".isdigit() is True, int("²") fails)
 
 Endpoint = Callable[[dict], Any]  # parameters (query or JSON body) -> a JSON-able answer
@@ -209,12 +215,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self._send(status, text.encode(), "application/json", extra)
 
+    def end_headers(self) -> None:
+        """Every answer (a page, JSON, an event stream, the library's own errors) forbids being framed
+        by another site (which could dress the page up and make its clicks) and sniffing its type."""
+        for key, value in SECURITY_HEADERS.items():
+            self.send_header(key, value)
+        super().end_headers()
+
     def _send(self, status: int, body: bytes, kind: str, extra: dict | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'")
         self.send_header("Cache-Control", "no-store")  # live: a view is never an old copy
         for key, value in (extra or {}).items():
             self.send_header(key, value)

@@ -31,7 +31,9 @@ from ..profiler import profile
 from .arrays import describe_value, heat, summary
 from .backward import backward_steps, seed_gradient
 from .compiled import link_lines, record_compiled
-from .params import BadRequest
+from .module_walk import module_steps
+from .params import BadRequest, whole
+from .words import OpView, module_words, op_words
 
 FRAMES = 4
 """How many frames of the user's code "created by" shows, innermost first."""
@@ -99,6 +101,7 @@ class StepRecord:
         self.labels = labels or (lambda shape, nid: (None, None))
         self.about: dict = {}  # which checkpoint and step it shows (set by a run's views)
         self.parts_made: dict[str, dict] = {}  # attention nodes opened into their parts (`parts.py`)
+        self.readings: dict[str, dict] = {}  # a node's array read as a table (a run's prediction beside its target)
         self.titles = argument_names(fn, args)
         with profile() as self.profile:
             with record_modules(), _Sources(outside) as sources:
@@ -122,6 +125,8 @@ class StepRecord:
                 self.seeded_with = "1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
             self.steps = backward_steps(root, grad, self.node_id)
         self._grads = {s.node: s.grad for s in self.steps}
+        self.modules = module_steps(self.nodes, {c["id"]: c for c in self.calls.values()}, self.steps)
+        self._module_of = {self.steps[n - 1].node: m.number for m in self.modules for n in m.ops}
         self.root = self.node_id(root.grad_fn)
         creation_order = sorted(self._ops.items(), key=lambda item: item[1].seq)
         self.compiled = link_lines(record, [(nid, fn.name) for nid, fn in creation_order])
@@ -193,6 +198,8 @@ class StepRecord:
             detail["params"] = [{"name": name, **describe_value(v, self.to_host)}
                                 for name, v in self.sources.params.get(id(t.grad_fn), {}).items()]
             detail["op"] = op_text(type(t.grad_fn))
+        if nid in self.readings:
+            detail["reading"] = self.readings[nid]
         return detail
 
     def profiled(self) -> dict:
@@ -213,20 +220,49 @@ class StepRecord:
         return {**summary(a), "heat": heat(a, *self.labels(tuple(a.shape), nid))}
 
     def walk(self) -> dict:
-        """The backward walk, one entry per node visited, in the engine's order (the arrays'
-        values come one step at a time, from `walk_step`: a big model's would take seconds)."""
+        """The backward walk at both levels: one entry per node visited, in the engine's order, and
+        one per module call (`module_walk.py`). The arrays come one step at a time, from `walk_step`
+        and `module_step` (a big model's would take seconds)."""
         steps = [{"number": s.number, "node": s.node, "op": s.op, "shape": list(s.grad.shape),
                   "sends": [{**send, "shape": list(a.shape)} for send, a in zip(s.sends, s.sent)],
-                  "releases": s.releases} for s in self.steps]
-        return {"steps": steps, "seeded_with": self.seeded_with}
+                  "releases": s.releases, "module": self._module_of[s.node]} for s in self.steps]
+        modules = [m.to_json(self.nodes, self.steps, self._module_of) for m in self.modules]
+        return {"steps": steps, "modules": modules, "seeded_with": self.seeded_with}
 
-    def walk_step(self, number: int) -> dict:
-        """One step's arrays: the gradient arriving, and each one sent (statistics and heat-map)."""
-        if not 1 <= number <= len(self.steps):
-            raise BadRequest(f"backward has steps 1 to {len(self.steps)}, not {number}")
+    def walk_step(self, n: Any) -> dict:
+        """One op step's arrays (the gradient arriving, each one sent: statistics and heat-map), its
+        sentence in plain words and its op's math. `n`: 1 to the number of steps."""
+        number = whole(n, "n", 1, len(self.steps))
         s = self.steps[number - 1]
         return {"number": number, "node": s.node, "grad": self.array(s.grad, s.node),
-                "sends": [self.array(a, send["to"]) for send, a in zip(s.sends, s.sent)]}
+                "sends": [self.array(a, send["to"]) for send, a in zip(s.sends, s.sent)],
+                "words": op_words(self._view(s)), "doc": op_doc(type(self._ops[s.node])),
+                "readings": [self.readings[s.node]] if s.node in self.readings else []}
+
+    def module_step(self, n: Any) -> dict:
+        """One module step's arrays (what arrives at its outputs, what it sends out of it) and its
+        sentence. `n`: 1 to the number of module steps."""
+        m = self.modules[whole(n, "n", 1, len(self.modules)) - 1]
+        main = [self.steps[k - 1] for k in m.ops if k not in m.folded] or [self.steps[m.main - 1]]
+        folded = [self.steps[k - 1].op for k in m.folded if len(main) > 1 or k != main[0].number]
+        return {"number": m.number, "arrives": [self.array(self.steps[k - 1].grad, self.steps[k - 1].node)
+                                                for k in m.arrives],
+                "sends": [self.array(self.steps[k - 1].sent[i], self.steps[k - 1].sends[i]["to"]) for k, i in m.sends],
+                "words": module_words([op_words(self._view(s)) for s in main], folded),
+                "docs": [{"number": s.number, "op": s.op, "doc": op_doc(type(self._ops[s.node]))}
+                         for s in main],
+                "readings": [self.readings[node] for node in dict.fromkeys(self.steps[k - 1].node for k in m.arrives)
+                             if node in self.readings]}
+
+    def _view(self, s) -> OpView:
+        """What the sentence of op step `s` may read, on the host."""
+        host = self.to_host
+        fn = self._ops[s.node]
+        return OpView(s.op, tuple(s.grad.shape), tuple(host(a) for a in self._inputs[s.node]),
+                      {k: host(v) if _is_array(v) else v for k, v in self._saved[s.node].items()},
+                      self.sources.params.get(id(fn), {}), host(s.grad),
+                      {send["input"]: host(a) for send, a in zip(s.sends, s.sent)},
+                      {send["input"]: send["summed_from"] for send in s.sends if send["summed_from"]})
 
     # -- one node's pieces, for `parts.py` ----------------------------------------------------
     def tensor(self, nid: str) -> Tensor:
@@ -296,6 +332,10 @@ def op_text(cls: type) -> dict:
         lines, start = inspect.getsourcelines(code)
         return {"file": inspect.getsourcefile(code), "line": start, "code": "".join(lines)}
 
+    return {"name": cls.__name__, "doc": op_doc(cls), "forward": source("forward"), "backward": source("backward")}
+
+
+def op_doc(cls: type) -> str:
+    """The op class's own docstring ("" for none)."""
     own = cls.__dict__.get("__doc__")  # not inspect.getdoc: that gives a base class's text to an op without one
-    return {"name": cls.__name__, "doc": inspect.cleandoc(own) if own else "",
-            "forward": source("forward"), "backward": source("backward")}
+    return inspect.cleandoc(own) if own else ""

@@ -20,12 +20,21 @@ window.TX = { views: {} };
     const response = await fetch(path, options);
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
+    damaged(answer);
     return answer;
   };
 
+  // A checkpoint that does not read (cut short): every answer shown from another says so, in one
+  // banner at the top of the page.
+  function damaged(answer) {
+    const why = answer && answer.shows && answer.shows.damaged;
+    const banner = document.getElementById("damaged");
+    if (why && banner) { banner.textContent = why; banner.hidden = false; }
+  }
+
   function fromSaved(path, body) {
     const key = body === undefined ? path : `POST ${path} ${JSON.stringify(body)}`;
-    if (key in saved) return saved[key];
+    if (key in saved) { damaged(saved[key]); return saved[key]; }
     throw new Error("this saved page holds only what was saved with it (the step, its walk, the example " +
                     "sentence): serve the run (python -m models explore RUN) to ask for anything else");
   }

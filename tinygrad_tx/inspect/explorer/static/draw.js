@@ -59,9 +59,9 @@
     rowLabels = rowLabels && rowLabels.length === nRows ? rowLabels : null;
     colLabels = colLabels && colLabels.length === nCols ? colLabels : null;
     const fit = (n) => Math.max(4, Math.min(22, Math.floor(260 / Math.max(n, 1))));
-    // cells are square unless labels need room: a labelled row (a token) is at least 10 px high
-    const width = cell || fit(Math.max(nRows, nCols)), height = Math.max(width, rowLabels ? 10 : 0);
-    const wide = Math.max(width, colLabels ? 10 : 0);
+    // cells are square unless labels need room: a labelled row or column (a token) is at least 12 px, its 10 px text apart
+    const width = cell || fit(Math.max(nRows, nCols)), height = Math.max(width, rowLabels ? 12 : 0);
+    const wide = Math.max(width, colLabels ? 12 : 0);
     const showRowLabels = !!rowLabels, showColLabels = !!colLabels;
     const left = (showRowLabels ? 58 : 0) + (rowName ? 16 : 0), top = (showColLabels ? 46 : 0) + (colName ? 16 : 0);
     const size = { w: wide, h: height };

@@ -3,7 +3,7 @@
 // guided tour on a first visit.
 "use strict";
 (() => {
-  const NAMES = { graph: "graph and backward", translate: "translate", training: "training",
+  const NAMES = { graph: "graph and backward", update: "the update", translate: "translate", training: "training",
                   compiled: "compiled step and profile" };
 
   async function main() {

@@ -1,26 +1,20 @@
-// The graph view: the step's graph (module calls folded into boxes), a node's panel, and backward
-// step by step. Orders and values come from the server (/api/graph, /api/node, /api/walk,
-// /api/walk_step); this file decides only what is folded and where things go.
+// The graph view: the step's graph (module calls folded into boxes) and a node's panel; the
+// backward walk over it is walk.js. Orders and values come from the server (/api/graph,
+// /api/node, /api/walk); this file decides only what is folded and where things go.
 //
 // One numbering: "#k" is the k-th node backward visits, so backward step k is node #k, and the
-// compiled view and the profile use the same numbers.
+// compiled view, the profile and the module walk's op lists use the same numbers.
 "use strict";
 (() => {
   const { el, svg, fmt, shape, heatmap, axisNames, layout, edgePath, arrowDefs, panZoom, key, statsLine } = TX.draw;
-  const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), walk: [], seeded: "1", at: 0,
-                  placed: {}, owner: {}, view: null, version: undefined, shown: null };
+  const state = { graph: null, byId: {}, calls: {}, users: {}, folded: new Set(), placed: {}, owner: {}, view: null,
+                  version: undefined, shown: null };
 
-  async function showGraph(root) {
+  async function showGraph(root, info) {
+    state.update = !!(info && info.views.includes("update"));
     root.querySelector("#fold").addEventListener("click", () => { foldTo(1); draw(); });
     root.querySelector("#unfold").addEventListener("click", () => { foldTo(Infinity); draw(); });
-    root.querySelector("#back-next").addEventListener("click", () => stepTo(state.at + 1));
-    root.querySelector("#back-prev").addEventListener("click", () => stepTo(state.at - 1));
-    root.querySelector("#back-reset").addEventListener("click", () => stepTo(0));
-    document.addEventListener("keydown", (e) => {
-      if (root.hidden || e.target.closest("input, textarea")) return;
-      if (e.key === "ArrowRight") stepTo(state.at + 1);
-      if (e.key === "ArrowLeft") stepTo(state.at - 1);
-    });
+    TX.walk.wire(root);
     TX.onNews((news) => {  // last.npz written (again): the step graph of its weights
       const version = news.versions && news.versions["last.npz"];
       if (version === undefined) return;
@@ -42,8 +36,6 @@
     }
     const first = state.graph === null;
     state.graph = graph;
-    state.walk = walk.steps;
-    state.seeded = walk.seeded_with;
     state.byId = {};
     state.calls = {};
     state.users = {};
@@ -52,15 +44,15 @@
     for (const n of graph.nodes) for (const i of n.inputs) (state.users[i] ||= []).push(n);
     shows(graph.shows);
     if (first) foldTo(1);
+    TX.walk.loaded(walk, state.update);
     draw();
-    if (state.at) stepTo(state.at);
-    else if (state.shown) showNode(state.shown);
+    if (!(await TX.walk.resume()) && state.shown) showNode(state.shown);
   }
 
   // Which checkpoint and step the view shows (a run's views; nothing for a function's graph).
   function shows(about) {
     document.getElementById("graph-shows").textContent = about && about.checkpoint
-      ? `the step graph of ${about.checkpoint}, step ${about.step} (training mode: dropout on, seeded)` : "";
+      ? `the step graph of ${about.checkpoint}, step ${about.step} (${about.mode})` : "";
   }
 
   // -- folding --------------------------------------------------------------------------------
@@ -153,7 +145,7 @@
     state.owner = shown.owner;
     state.view = panZoom(picture, g, placed.width, placed.height);
     state.view.fit(legend.offsetHeight);
-    mark();
+    TX.walk.mark();
   }
 
   function graphKey() {
@@ -209,10 +201,24 @@
   // An array: its statistics, and a heat-map with its key, axes named and rows labelled where the
   // server could (the tokens at each position).
   function arrayView(a) {
-    const stride = a.heat.stride.some((k) => k > 1) ? `every ${a.heat.stride.join("×")}-th cell; ` : "";
+    const stride = strided(a.heat.stride);
     return el("div", {}, el("div", { class: "stats" }, statsLine(a)),
               el("div", { class: "note" }, `${a.heat.where ? `shown: slice ${a.heat.where}; ` : ""}${stride}red > 0 > blue`),
               heatmap(a.heat.rows, { rowLabels: a.heat.row_labels, colLabels: a.heat.col_labels, ...axisNames(a.heat, a.shape) }));
+  }
+
+  // A node's array read as a table (a run's prediction beside its target): columns and rows as sent.
+  function tableView(t) {
+    return el("table", { class: "reading" }, el("tr", {}, t.columns.map((c) => el("th", {}, c))),
+              t.rows.map((r) => el("tr", {}, r.map((v) => el("td", {}, typeof v === "number" && !Number.isInteger(v) ? fmt(v) : v)))));
+  }
+
+  // Which cells a thinned heat-map shows, in words: "every 2nd column shown; ".
+  function strided([rows, cols]) {
+    const nth = (k) => `${k}${[11, 12, 13].includes(k % 100) ? "th" : ({ 1: "st", 2: "nd", 3: "rd" }[k % 10] || "th")}`;
+    const parts = [rows > 1 ? `every ${nth(rows)} row` : null, cols > 1 ? `every ${nth(cols)} column` : null];
+    const said = parts.filter(Boolean).join(" and ");
+    return said ? `${said} shown; ` : "";
   }
 
   // An op's docstring: its math first (a clause `y = ...` and one `dx = ...` per input, the
@@ -247,6 +253,7 @@
         el("button", { id: "open-parts", onclick: (e) => TX.parts.open(e.target.parentNode, id) }, "open into its parts"),
         el("p", { class: "note" }, "scores, scale, mask, softmax and the weighted sum, recomputed from this node's " +
                                    "inputs with plain ops, and walked backward from the gradient it received")) : null,
+      n.reading ? section(n.reading.title, tableView(n.reading)) : null,
       section("value", arrayView(n.value)),
       section("gradient after backward (d result / d this; a leaf's .grad)",
               n.grad ? arrayView(n.grad) : el("p", { class: "note" }, "none: no gradient reaches it")),
@@ -284,52 +291,11 @@
     if (about) shows(about);
   }
 
-  // -- backward, step by step -----------------------------------------------------------------
-  function stepTo(at) {
-    if (!state.graph) return Promise.resolve();
-    state.at = Math.max(0, Math.min(at, state.walk.length));
-    if (state.at > 0) bringIntoView(state.walk[state.at - 1].node);
-    mark();
-    return state.at > 0 ? showStep(state.walk[state.at - 1]) : Promise.resolve();
-  }
-
-  // Classes on the drawn nodes: done (visited), current (this step), receives (gets a gradient now).
-  function mark() {
-    const status = document.getElementById("back-pos");
-    for (const g of document.querySelectorAll("#graph .node")) g.classList.remove("done", "current", "receives");
-    if (state.at === 0) { status.textContent = "not started"; return; }
-    status.textContent = `step ${state.at} of ${state.walk.length}`;
-    const find = (id) => document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
-    for (const s of state.walk.slice(0, state.at - 1)) find(s.node)?.classList.add("done");
-    const step = state.walk[state.at - 1];
-    for (const send of step.sends) find(send.to)?.classList.add("receives");
-    find(step.node)?.classList.add("current");
-  }
-
-  async function showStep(step) {
-    const arrays = await TX.api(`/api/walk_step?n=${step.number}`);
-    if (state.at !== step.number) return;  // stepped on meanwhile
-    const node = state.byId[step.node];
-    const inside = node.scope.length ? ` (inside ${state.calls[node.scope[node.scope.length - 1]].name})` : "";
-    fill(present(
-      el("h2", {}, `backward step ${step.number}: ${nameOf(node)}${inside}`),
-      el("p", { class: "note" }, step.number === 1 ? `backward starts here, from a gradient of ${state.seeded}` :
-         "every node that uses this one's output has sent its share, so its gradient is complete"),
-      section("gradient arriving (d result / d its output)", arrayView(arrays.grad)),
-      section("sends", step.sends.length ? el("ul", { class: "sends" }, step.sends.map((s, i) => el("li", {},
-        el("b", {}, s.arrival > 1 ? "+= " : "→ "), nodeLink(s.to), "  ",
-        el("span", { class: "stats" }, statsLine(arrays.sends[i])),
-        s.arrival > 1 ? el("div", { class: "note" }, `fan-out: gradient number ${s.arrival} to reach it, added to the ones before`) : null,
-        s.summed_from ? el("div", { class: "note" }, `broadcast: summed back from ${shape(s.summed_from)} to ${shape(s.shape)}`) : null,
-        heatmap(arrays.sends[i].heat.rows, { cell: 6, rowLabels: arrays.sends[i].heat.row_labels }))))
-        : el("p", { class: "note" }, "nothing: no input needs a gradient")),
-      section("released after this step", step.releases.length ? el("ul", {}, step.releases.map((r) => el("li", {}, r)))
-        : el("p", { class: "note" }, "nothing (the graph is kept)")),
-      el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showNode(step.node); } }, "the node itself"))),
-      arrays.shows);
-  }
-
   TX.views.graph = showGraph;
-  TX.graph = { reveal, showNode, stepTo, nameOf: (id) => nameOf(state.byId[id]), node: (id) => state.byId[id],
-               walkLength: () => state.walk.length };
+  // The drawn box or node that shows node `id` (its outermost folded call, or itself).
+  const drawnAs = (id) => document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
+
+  TX.graph = { reveal, showNode, bringIntoView, drawnAs, fill, arrayView, tableView, docText, nodeLink, section, present,
+               nameOf: (id) => nameOf(state.byId[id]), node: (id) => state.byId[id], call: (id) => state.calls[id],
+               ready: () => state.graph !== null };
 })();

@@ -12,7 +12,8 @@
     const state = { at: 0, parts, nid, byId: Object.fromEntries(parts.graph.nodes.map((n) => [n.id, n])) };
     const name = (id) => {
       const n = state.byId[id];
-      return n.kind === "op" ? `${parts.roles[id] || n.title} (#${n.number} ${n.title})` : n.title;
+      // no "#k" here: the page's #k are the main graph's nodes, and these parts are not among them
+      return n.kind === "op" ? `${parts.roles[id] || n.title} (${n.title})` : n.title;
     };
     state.name = name;
     const picture = drawParts(state);
@@ -28,8 +29,12 @@
       el("div", { class: "toolbar" }, "backward through the parts",
          el("button", { class: "parts-prev", onclick: () => step(state.at - 1) }, "◀"), position,
          el("button", { class: "parts-next", onclick: () => step(state.at + 1) }, "▶")),
-      el("div", { class: "parts-canvas canvas" }, picture.svg), detail);
+      el("div", { class: "parts-canvas canvas" }, picture.svg),
+      key("", [["leaf", "q, k, v: the node's inputs"], ["const", "constants: the scale, a mask"], ["op", "a part (a plain op)"],
+               ["arrow", "where an output goes"], ["current", "backward: this step"], ["receives", "gets a gradient now"],
+               ["done", "visited"], ["selected", "shown below"]]), detail);
     picture.view.fit();
+    holder.scrollIntoView({ block: "start" });  // the parts in view, not the panel's top
   }
 
   function drawParts(state) {
@@ -67,7 +72,7 @@
   async function stepTo(state, at) {
     const walk = state.parts.walk.steps;
     state.at = Math.max(0, Math.min(at, walk.length));
-    state.position.textContent = state.at ? `step ${state.at} of ${walk.length}` : "not started";
+    state.position.textContent = state.at ? `parts step ${state.at} of ${walk.length}` : "not started";
     if (!state.at) { select(state, "current", []); return; }
     const step = walk[state.at - 1];
     select(state, "done", walk.slice(0, state.at - 1).map((s) => s.node));
@@ -75,7 +80,8 @@
     select(state, "receives", step.sends.map((s) => s.to));
     const arrays = await TX.api(`/api/part_step?id=${encodeURIComponent(state.nid)}&n=${state.at}`);
     if (state.at !== step.number) return;
-    state.detail.replaceChildren(el("h3", {}, `step ${step.number}: ${state.name(step.node)}`),
+    state.detail.replaceChildren(el("h3", {}, `parts step ${step.number}: ${state.name(step.node)}`),
+      el("p", { class: "words" }, arrays.words),
       el("div", { class: "stats" }, "gradient arriving ", statsLine(arrays.grad)),
       heatmap(arrays.grad.heat.rows, { rowLabels: arrays.grad.heat.row_labels, colLabels: arrays.grad.heat.col_labels, ...axisNames(arrays.grad.heat, arrays.grad.shape) }),
       el("ul", { class: "sends" }, step.sends.map((s, i) => el("li", {}, s.arrival > 1 ? "+= " : "→ ", state.name(s.to), "  ",

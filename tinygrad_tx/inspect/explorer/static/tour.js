@@ -1,7 +1,7 @@
 // The guided tour: a dozen stops through one training step of the run's own model, from the tokens
-// to the loss and back (the server writes each stop's paragraph with the step's values:
-// explore_tour.py). Each stop opens the boxes around its node, shows it, and, going backward,
-// puts the walk at that node's step.
+// to the loss, back, and into the optimizer's update (the server writes each stop's paragraph with
+// the step's values: explore_tour.py). Each stop opens the boxes around its node, shows it, and,
+// going backward, puts the walk at that node's step; the last shows the update view.
 "use strict";
 (() => {
   const { el } = TX.draw;
@@ -33,12 +33,18 @@
          el("button", { class: "tour-prev", disabled: state.at === 0, onclick: () => go(state.at - 1) }, "◀ back"),
          el("button", { class: "tour-next", disabled: state.at === state.stops.length - 1, onclick: () => go(state.at + 1) }, "next ▶"),
          el("button", { class: "tour-close", onclick: stop }, "close")));
-    const node = TX.graph.node(s.node);
-    if (s.phase === "backward" && node.kind === "op") {
-      await TX.graph.stepTo(node.number);  // the walk at this node's step: what arrives, what it sends
+    if (s.phase === "update") {  // the update view, at the parameter the stop names
+      await TX.showView("update");
+      await TX.update.select(s.param);  // its row marked; the window stays where the card is
       return;
     }
-    await TX.graph.stepTo(s.phase === "backward" ? TX.graph.walkLength() : 0);  // a leaf: after the whole walk
+    await TX.showView("graph");  // (back from the update view)
+    const node = TX.graph.node(s.node);
+    if (s.phase === "backward" && node.kind === "op") {
+      await TX.walk.stepToNode(s.node);  // the walk at this node's step, at the level shown: what arrives, what it sends
+      return;
+    }
+    await (s.phase === "backward" ? TX.walk.stepToNode(s.node) : TX.walk.stepTo(0));  // a leaf: after the whole walk
     await TX.graph.reveal(s.node);
     if (s.show === "grad") {  // the gradient, at the top of the panel
       const panel = document.getElementById("panel");

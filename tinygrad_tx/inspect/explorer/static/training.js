@@ -1,6 +1,7 @@
 // The training view: the run's curves from metrics.jsonl and its kept checkpoints, redrawn whenever
 // the trainer appends to the one or writes another of the other (the run's news: server-sent
-// events), and one sentence's cross-attention at each kept checkpoint.
+// events), each layer's weights and gradients over training (stats.js), and one sentence's
+// cross-attention at each kept checkpoint.
 "use strict";
 (() => {
   const { el, svg, fmt, tick, heatmap, ticks } = TX.draw;
@@ -13,13 +14,18 @@
 
   async function showTraining(root, info) {
     const records = [];
-    let checkpoints = [];
+    let checkpoints = [], statsShown = false;
     const slider = root.querySelector("#ckpt-slider"), sentence = root.querySelector("#ckpt-sentence");
     sentence.value = info.example || "";
-    const news = ({ from, records: added, checkpoints: kept }) => {
+    const news = ({ from, records: added, checkpoints: kept, versions }) => {
       if (added && added.length) {
         records.splice(from, records.length - from, ...added);
         drawCurves(root.querySelector("#curves"), records);
+      }
+      const stats = versions && versions["layer_stats.jsonl"];
+      if (statsShown === false || (stats !== undefined && stats !== statsShown)) {
+        statsShown = stats;
+        TX.stats.draw(root);  // first, then whenever train appends a record of each layer (at a validation)
       }
       if (kept && kept.join() !== checkpoints.join()) {  // a new snapshot joins the slider
         const atEnd = Number(slider.value) >= checkpoints.length - 1;
@@ -84,6 +90,7 @@
     const ty = (y) => (log ? Math.log10(y) : y);
     const xs = all.map(([x]) => x), ys = all.map(([, y]) => ty(y));
     let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    const steps = x0 === x1 ? [x0] : ticks(x0, x1, 4).filter(Number.isInteger);  // whole steps: a step is one
     if (x0 === x1) { x0 -= 1; x1 += 1; }
     if (y0 === y1) { y0 -= 0.5; y1 += 0.5; }
     const px = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
@@ -93,7 +100,7 @@
                    svg("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", class: "axis-name" }, "training step"),
                    svg("text", { transform: `translate(11, ${(T + H - B) / 2}) rotate(-90)`, "text-anchor": "middle", class: "axis-name" },
                        unit + (log ? " (log scale)" : "")));
-    for (const x of ticks(x0, x1, 4)) {
+    for (const x of steps) {
       picture.append(svg("line", { x1: px(x), y1: H - B, x2: px(x), y2: H - B + 4, class: "axis" }),
                      svg("text", { x: px(x), y: H - B + 14, "text-anchor": "middle", class: "label tick" }, tick(x)));
     }

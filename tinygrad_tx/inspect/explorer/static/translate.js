@@ -3,8 +3,8 @@
 // the search; this file draws. When the run writes a new best.npz, the view offers to translate again.
 "use strict";
 (() => {
-  const { el, svg, fmt, heatmap, layout, edgePath, arrowDefs, panZoom, key } = TX.draw;
-  let version;
+  const { el, svg, fmt, heatmap, layout, edgePath, arrowDefs, key } = TX.draw;
+  let version, waiting = false;  // best.npz's version; whether the last answer waited for a checkpoint
 
   function showTranslate(root, info) {
     const input = root.querySelector("#sentence"), beam = root.querySelector("#beam");
@@ -20,6 +20,7 @@
       message.hidden = true;
       try {
         const answer = await TX.api("/api/translate", { sentence: input.value, beam: Number(beam.value) });
+        waiting = !!answer.waiting;
         root.querySelector("#translate-shows").textContent = answer.shows ? `with ${answer.shows.checkpoint}, step ${answer.shows.step}` : "";
         if (answer.waiting || answer.problem) throw new Error(answer.waiting || answer.problem);
         draw(root, answer);
@@ -31,6 +32,7 @@
     });
     TX.onNews((event) => {  // a new best.npz: what is drawn was translated by the old one
       const now = event.versions && event.versions["best.npz"];
+      if (now && waiting) { waiting = false; form.requestSubmit(); }  // it waited for the first checkpoint: there now
       if (version !== undefined && now !== version && root.querySelector("#translation").childElementCount) {
         news.hidden = false;
         news.replaceChildren("The run wrote a new best.npz since this translation. ",
@@ -100,10 +102,10 @@
         svg("text", { x: p.width / 2, y: 26, "text-anchor": "middle", class: "sub" }, n.lines[1]),
         svg("title", {}, n.node ? `step ${n.node.step}, ${n.node.state}, log p ${fmt(n.node.score)}` : "the start")));
     }
-    const picture = svg("svg", { class: "tree", width: "100%", height: Math.min(520, placed.height + 20) }, arrowDefs("arrow-tree"), g);
-    const holder = el("div", { id: "beam-tree", class: "canvas" }, picture);
-    requestAnimationFrame(() => panZoom(picture, g, placed.width, placed.height).fit());
-    return holder;
+    // drawn at full size, its labels as readable as the page's text, in a box that scrolls: a wide
+    // beam makes a tall tree, and shrinking it to fit made its labels a few pixels high
+    const picture = svg("svg", { class: "tree", width: placed.width + 4, height: placed.height + 4 }, arrowDefs("arrow-tree"), g);
+    return el("div", { id: "beam-tree", class: "canvas" }, picture);
   }
 
   // Which axis is which, by the kind of attention (the server labels rows and columns with pieces).

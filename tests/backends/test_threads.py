@@ -12,7 +12,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 import tinygrad_tx as tx
-from tinygrad_tx.threads import USER_VARIABLES
+from tinygrad_tx.backends.threads import USER_VARIABLES
 
 REPO = Path(__file__).resolve().parents[2]
 

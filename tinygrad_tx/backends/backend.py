@@ -11,14 +11,17 @@ through a `Backend`, so the rest of the engine is device-agnostic.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
+import traceback
 from typing import Any, Callable
 
 import numpy as np
 
 from . import blas, host_kernels
-from .observers import replayable
+from ..observers import replayable
+from .graphs import ArrayModule, CapturedGraph, CudaGraph, DeferredCheck, any_failed
 from .scatter import cuda_segment_add, host_segment_add, scatter_add_in_order
 
 INSTALL_HINT = 'pip install -e ".[cuda]" (from a clone of tinygrad_tx; the package is not on PyPI yet)'
@@ -31,11 +34,14 @@ class DeviceError(RuntimeError):
 class Backend:
     """One device: its array module `xp` and the few helpers that differ per library."""
 
+    graphs = False  # whether this device can capture a CUDA graph (`capture`)
+
     def __init__(self, name: str, xp: Any, array_type: type):
         self.name = name
         self.xp = xp
         self.array_type = array_type
         self.rng = self._generator(_seed)
+        self._deferred: list[DeferredCheck] | None = None  # while a CUDA graph is captured: its checks
 
     def __repr__(self) -> str:
         return f"Backend({self.name!r})"
@@ -80,7 +86,7 @@ class Backend:
     # -- scatter-add: a[idx] += v with repeated indices accumulated ----------------
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
         """In-place `target[index] += values`, where repeated indices accumulate, each position's
-        values added in the order they come, on every device (`tinygrad_tx/scatter.py`: a GPU's
+        values added in the order they come, on every device (`scatter.py`: a GPU's
         atomic adds would make a gradient's last bits change from run to run).
 
         Plain `target[index] += values` keeps only one of the repeated updates
@@ -105,21 +111,39 @@ class Backend:
         """The error function, elementwise (exact GELU needs it; NumPy lacks it)."""
         return self._erf(x)
 
+    # -- checks of values ------------------------------------------------------------
+    def check(self, bad: Any, error: Callable[[], Exception]) -> None:
+        """Raise `error()` if any element of the boolean array `bad` is True (ids out of range: checked
+        where values are). While a CUDA graph is captured no value can be read: the check is then
+        the graph's, read after each launch (graphs.py)."""
+        if self._deferred is not None:
+            self._deferred.append(DeferredCheck(bad, error, traceback.extract_stack()))
+        elif bad.any():
+            raise error()
+
     # -- CUDA graphs ---------------------------------------------------------------
-    def capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
+    def check_capture(self) -> None:
+        """Raise DeviceError unless this device can capture a CUDA graph."""
+        if not self.graphs:
+            raise DeviceError(f"a CUDA graph needs the step on a CUDA device, not {self.name}: move the model "
+                              "and the batches with .to('cuda'), or leave cuda_graph off")
+
+    def capture(self, fn: Callable[[], Any]) -> tuple[CapturedGraph, Any]:
         """Run `fn()` captured as a CUDA graph: (the graph, what `fn` returned). The capture
         itself computes nothing on a GPU; `graph.launch()` runs the captured kernels, on the
-        same arrays, with the numbers they were given (`tx.jit(..., cuda_graph=True)`)."""
-        raise DeviceError(f"a CUDA graph needs the step on a CUDA device, not {self.name}: move the model "
-                          "and the batches with .to('cuda'), or leave cuda_graph off")
+        same arrays, with the numbers they were given (`tx.jit(..., cuda_graph=True)`). Meanwhile
+        the ops' BLAS functions are ones a graph can hold, and their checks wait for the launches."""
+        self.check_capture()
+        self._deferred = checks = []
+        try:
+            graph, (result, flag) = self._capture(lambda: (fn(), any_failed(self.xp, checks)))
+        finally:
+            self._deferred = None
+        return CapturedGraph(graph, checks, flag), result
 
-
-def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
-    """`array.sum(axis, keepdims)`, with float16 added in float32 and rounded once, as PyTorch
-    adds it: NumPy adds float16 along a strided axis in float16, where 10,000 ones make 2048."""
-    if array.dtype != np.float16:
-        return array.sum(axis=axis, keepdims=keepdims)
-    return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
+    def _capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
+        """The device's own capture of `fn()`: (its graph, what `fn` returned)."""
+        raise NotImplementedError
 
 
 class NumpyBackend(Backend):
@@ -140,12 +164,14 @@ class NumpyBackend(Backend):
 
 
 class StrictBackend(Backend):
-    """NumPy underneath, CuPy's manners on top; see `tinygrad_tx.strict`."""
+    """NumPy underneath, CuPy's manners on top; see `strict.py`."""
+
+    graphs = True
 
     def __init__(self):
         from . import strict
 
-        super().__init__("strict", strict.xp, strict.StrictArray)
+        super().__init__("strict", ArrayModule(strict.xp), strict.StrictArray)
         self._strict = strict
         self._scatter_add = functools.partial(scatter_add_in_order, strict.xp,
                                               segment_add=strict.wrap_function(host_segment_add, "segment_add"))
@@ -175,21 +201,25 @@ class StrictBackend(Backend):
     def bernoulli_keep(self, shape, p):
         return self._bernoulli_keep(self.rng, shape, p)
 
-    def capture(self, fn):
-        """The strict device's model of a CUDA graph (`tinygrad_tx.strict`). Its capture computes
+    def _capture(self, fn):
+        """The strict device's model of a CUDA graph (`strict.py`). Its capture computes
         (a GPU's computes nothing), so the generator is put back where it was: on a GPU the
         graph's first draw is made by its first launch."""
         state = self.rng.bit_generator.state
         try:
-            with blas.capturing(self._strict.wrap_function(self._strict.graph_matmul, "graph_matmul")):
+            with self.xp.swapped(matmul=self._strict.wrap_function(self._strict.graph_matmul, "graph_matmul"),
+                                 einsum=blas.einsum_by_sums):
                 return self._strict.capture(fn)
         finally:
             self.rng.bit_generator.state = state
 
 
 class CupyBackend(Backend):
+    graphs = True
+
     def __init__(self, cupy: Any):
-        super().__init__("cuda", cupy, cupy.ndarray)
+        super().__init__("cuda", ArrayModule(cupy), cupy.ndarray)
+        self.cupy = cupy
         self._cublas = None  # cuBLAS called directly, for CUDA graphs (`blas.py`)
         self._scatter_add = functools.partial(scatter_add_in_order, cupy, segment_add=cuda_segment_add(cupy))
         from cupyx.scipy.special import erf
@@ -206,13 +236,14 @@ class CupyBackend(Backend):
     def to_host(self, array):
         return self.xp.asnumpy(array)
 
-    def capture(self, fn):
-        cupy = self.xp
+    def _capture(self, fn):
+        cupy = self.cupy
         if self._cublas is None:  # made once, outside any capture: a handle and its workspace
             self._cublas = blas.DirectCublas(cupy)
         pool = cupy.cuda.MemoryPool()  # the graph's own: no array made later may take its memory
         stream = cupy.cuda.Stream(non_blocking=True)  # the legacy default stream cannot capture
-        with cupy.cuda.using_allocator(pool.malloc), stream, blas.capturing(self._cublas):
+        with cupy.cuda.using_allocator(pool.malloc), stream, \
+                self.xp.swapped(matmul=self._cublas, einsum=blas.einsum_by_sums):
             stream.begin_capture()
             try:
                 result = fn()
@@ -221,23 +252,16 @@ class CupyBackend(Backend):
                     stream.end_capture()  # first error is the one that says what broke it
                 raise
             graph = stream.end_capture()
-        return _CudaGraph(cupy, graph, pool), result
-
-
-class _CudaGraph:
-    """A captured graph with the memory pool its arrays live in (kept as long as it is)."""
-
-    def __init__(self, cupy: Any, graph: Any, pool: Any):
-        self.cupy, self.graph, self.pool = cupy, graph, pool
-
-    def launch(self) -> None:
-        self.graph.launch(self.cupy.cuda.get_current_stream())  # in order with the eager kernels
+        return CudaGraph(cupy, graph, pool), result
 
 
 def _load_cupy() -> Backend:
     try:
         import cupy
     except ImportError as e:
+        if not gpu_count():  # CuPy would not help: say so first
+            raise DeviceError(f'device "cuda": this machine has no NVIDIA GPU (no CUDA driver sees one); use --device '
+                              f'cpu. On a machine with a GPU, install CuPy ({e}) with {INSTALL_HINT}') from None
         raise DeviceError(
             f'device "cuda" needs CuPy, which is not installed ({e}); install it with {INSTALL_HINT}'
         ) from None
@@ -247,6 +271,19 @@ def _load_cupy() -> Backend:
     except cupy.cuda.runtime.CUDARuntimeError as e:
         raise DeviceError(f'device "cuda": CuPy is installed but no GPU is usable ({e}); use --device cpu') from None
     return CupyBackend(cupy)
+
+
+def gpu_count() -> int:
+    """The NVIDIA GPUs the CUDA driver sees, asked without CuPy: 0 where no driver is installed."""
+    for name in ("libcuda.so.1", "nvcuda.dll"):  # Linux's, Windows'
+        try:
+            driver = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        found = driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0
+        return count.value if found else 0
+    return 0
 
 
 _FACTORIES = {"cpu": NumpyBackend, "strict": StrictBackend, "cuda": _load_cupy}

@@ -12,7 +12,7 @@ bugs on a machine with no GPU:
   only in `asarray`/`array`, the host-to-device transfers;
 - `a.get()` is the explicit copy to the host, as in CuPy;
 - `xp.add.at` adds in a random order at every call, as CuPy's atomic adds do on a GPU
-  (`tinygrad_tx/scatter.py` says why that matters and how the backend avoids it);
+  (`scatter.py` says why that matters and how the backend avoids it);
 - results are arrays, 0-d ones included, where NumPy gives scalars (np.float32), and
   a strict tensor refuses a NumPy scalar as its data (`StrictBackend.as_array`): the
   CPU backend makes its 0-d results arrays, so this catches values made on the host;

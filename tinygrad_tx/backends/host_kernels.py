@@ -79,7 +79,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     What `np.vectorize(math.erf)` computes, without a Python call per element (that made
     lesson 002's GPT take over ten minutes instead of two). Computed in float64 by
     `cody_erf` and rounded once: float32 results are correctly rounded, float64 ones within
-    4 ulps (SciPy's within 3; tests/engine/test_host_kernels.py measures against `math.erf`).
+    4 ulps (SciPy's within 3; tests/backends/test_host_kernels.py measures against `math.erf`).
     The loop feeds `cody_erf` 16,384 numbers at a time so that its temporaries stay in a
     core's cache: 3.3 ms for the 262,144 float32 numbers of one GELU in lesson 002, 8.8 ms
     for the whole array at once (SciPy's C loop: 2.2 ms).

@@ -79,7 +79,7 @@ def test_while_a_graph_is_captured_host_reads_and_value_sized_results_are_refuse
     for name, read in reads.items():
         with pytest.raises(RuntimeError, match="the current stream is capturing"):
             backend.capture(read)
-    with pytest.raises(NotImplementedError, match="cuBLAS"):  # CuPy's own matmul, where tinygrad_tx.blas is not used
+    with pytest.raises(NotImplementedError, match="cuBLAS"):  # CuPy's own matmul, which a capture cannot swap
         backend.capture(lambda: a @ a)
     assert float(a[0]) == 1.0  # and once the capture is over, reading is allowed again
 

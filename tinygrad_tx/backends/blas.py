@@ -1,46 +1,38 @@
-"""Matrix products: `matmul(a, b)` is `a @ b`, the one way the ops multiply matrices of arrays.
+"""The products a CUDA graph can hold: `DirectCublas` (cuBLAS called directly) and `einsum_by_sums`.
 
-Why not `a @ b` itself: while a CUDA graph is captured (`tx.jit(step, cuda_graph=True)`,
-jit/graph.py) CuPy refuses every cuBLAS call ("calling cuBLAS API during stream capture is
-currently unsupported", its `cublas.setStream`), though cuBLAS itself can be captured. So a
-capture installs its own product here (`capturing`): on a GPU, `DirectCublas` calls cuBLAS's
-strided batched GEMM through its C interface, on a cuBLAS handle of its own with a workspace of
-its own, on the capturing stream; on the strict test device, NumPy's product as one recorded
-operation. Outside a capture this is `a @ b`, on arrays and on Tensors alike.
+While a stream is captured (`tx.jit(step, cuda_graph=True)`, jit/graph.py) CuPy refuses every
+cuBLAS call ("calling cuBLAS API during stream capture is currently unsupported", its
+`cublas.setStream`), though cuBLAS itself can be captured. So a capture swaps the ops' `matmul`
+and `einsum` (graphs.py) for these: on a GPU, `DirectCublas` calls cuBLAS's strided batched GEMM
+through its C interface, on a cuBLAS handle of its own with a workspace of its own, on the
+capturing stream, and `einsum_by_sums` computes an einsum as products and a sum, elementwise
+kernels that a graph holds; on the strict test device, NumPy's product as one recorded operation
+and the same `einsum_by_sums`. Outside a capture the ops use the library's own.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import math
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
-_graph_product: Callable[..., Any] | None = None  # while a CUDA graph is captured
 
-
-def matmul(a: Any, b: Any, out: Any = None, xp: Any = None) -> Any:
-    """`a @ b` (NumPy's matmul rules), written into `out` if given (then `xp`, the array module)."""
-    if _graph_product is not None:
-        return _graph_product(a, b, out)
-    return a @ b if out is None else xp.matmul(a, b, out=out)
-
-
-def capturing_now() -> bool:
-    """Whether a CUDA graph is being captured (a kernel that would reach cuBLAS takes another way)."""
-    return _graph_product is not None
-
-
-@contextlib.contextmanager
-def capturing(product: Callable[..., Any]) -> Iterator[None]:
-    """Send the ops' matrix products to `product(a, b, out)` for the time of a capture."""
-    global _graph_product
-    _graph_product = product
-    try:
-        yield
-    finally:
-        _graph_product = None
+def einsum_by_sums(subscripts: str, *operands: Any) -> Any:
+    """`einsum(subscripts, *operands)` for subscripts of letters with an explicit output
+    ("ij,ij->j"), as one broadcast product and one sum: no BLAS call, so a CUDA graph can hold it
+    (at the cost of the temporary that einsum spares)."""
+    inputs, output = subscripts.replace(" ", "").split("->")
+    letters = sorted(set(inputs) - {","})  # the product's axes, one a letter
+    product = None
+    for term, x in zip(inputs.split(","), operands):
+        order = sorted(term, key=letters.index)  # the term's letters in the product's order
+        x = x.transpose([term.index(c) for c in order])
+        x = x.reshape([x.shape[order.index(c)] if c in term else 1 for c in letters])
+        product = x if product is None else product * x
+    summed = product.sum(axis=tuple(i for i, c in enumerate(letters) if c not in output))
+    kept = [c for c in letters if c in output]  # the axes left, in the product's order
+    return summed.transpose([kept.index(c) for c in output])
 
 
 class DirectCublas:

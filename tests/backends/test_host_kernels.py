@@ -6,8 +6,8 @@ import sys
 import numpy as np
 
 import tinygrad_tx as tx
-from tinygrad_tx import host_kernels
-from tinygrad_tx.backend import NumpyBackend
+from tinygrad_tx.backends import host_kernels
+from tinygrad_tx.backends.backend import NumpyBackend
 
 
 def test_bernoulli_keep_drops_a_fraction_p(device):

@@ -1,5 +1,6 @@
 """Devices (backend.py): moving and mixing tensors, choosing the default device, CuPy's
 absence, and one seed for every device. The strict device's own manners are in test_strict.py."""
+import ctypes
 import importlib.util
 import os
 import subprocess
@@ -99,6 +100,34 @@ def test_cuda_without_cupy_says_how_to_install_it():
     with pytest.raises(tx.DeviceError):
         tx.set_device("cuda")
     assert tx.default_device() == "cpu"  # no silent fall-back, and no half-made switch either
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="CuPy is installed here")
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_cuda_without_cupy_says_first_whether_this_machine_has_a_gpu(monkeypatch, gpus):
+    """With no GPU, installing CuPy would not help, yet the error led with that advice: it says
+    first that no GPU is there (then how to install CuPy where one is); with a GPU, how."""
+    from tinygrad_tx.backends import backend
+
+    monkeypatch.setattr(backend, "gpu_count", lambda: gpus)
+    with pytest.raises(tx.DeviceError) as err:
+        tx.get_backend("cuda")
+    message = str(err.value)
+    lead = 'device "cuda" needs CuPy' if gpus else 'device "cuda": this machine has no NVIDIA GPU'
+    assert message.startswith(lead) and INSTALL_HINT in message
+    assert ("use --device cpu" in message) == (not gpus)
+
+
+def test_the_gpu_count_asks_the_driver_and_is_zero_without_one():
+    from tinygrad_tx.backends.backend import gpu_count
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        assert gpu_count() == 0
+        return
+    cupy = pytest.importorskip("cupy")
+    assert gpu_count() == cupy.cuda.runtime.getDeviceCount()
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="CuPy is installed here")

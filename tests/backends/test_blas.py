@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tinygrad_tx as tx
-from tinygrad_tx import blas
+from tinygrad_tx.backends import blas
 
 
 @pytest.fixture
