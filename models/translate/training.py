@@ -186,9 +186,9 @@ class Trainer:
         model = Transformer(**config).to(settings.device)
         self.model = model if self.ensemble else dist.DataParallel(model)  # rank 0's weights; gradients averaged
         self.optimizer = adam(self.model.parameters(), settings)
-        # a --time run chooses its steps once timed (budget.py); until then --steps, its bound, is the end
         self.step, self.best, self.lock, self.warned_no_plot = 0, -1.0, None, False
         self.unsaved_best = False  # resumed from a validation that beat best.npz before it was written
+        # a --time run chooses its steps once timed (budget.py); until then --steps, its bound, is the end
         self.schedule = decay(self.optimizer, settings)
         self.average = Average(snapshot_steps(settings.steps, settings.eval_every, settings.average))
         self.budget = (Budget(parse_duration(settings.time), started, settings.members, dist.world_size())
