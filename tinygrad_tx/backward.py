@@ -42,7 +42,7 @@ import numpy as np
 
 from . import observers
 from .function import Function, enable_grad, in_place, no_grad
-from .leaf_sink import LeafSink, queue_callback, run_hooks  # noqa: F401 (queue_callback: asked for here)
+from .leaf_sink import LeafSink, run_hooks
 
 # ---------------------------------------------------------------------------------------
 # The plan

@@ -6,9 +6,23 @@ one of them (Vaswani et al. average the last 5 or 20 checkpoints).
 """
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import numpy as np
 
 from tinygrad_tx import nn
+
+
+@contextlib.contextmanager
+def weights(model: nn.Module, state: dict) -> Iterator[None]:
+    """Inside, `model` holds the weights `state` (the mean, to score or save it); after, its own."""
+    trained = model.state_dict()
+    model.load_state_dict(state)
+    try:
+        yield
+    finally:
+        model.load_state_dict(trained)
 
 
 def snapshot_steps(steps: int, every: int, n: int) -> tuple[int, ...]:
@@ -34,6 +48,12 @@ class Average:
 
     def state_dict(self) -> dict:
         return {"taken": list(self.taken), "sum": dict(self.sum)}
+
+    def to(self, steps: tuple[int, ...]) -> Average:
+        """An average of the weights at `steps` instead, with those summed here still among them."""
+        moved = Average(steps)
+        moved.load_state_dict(self.state_dict())
+        return moved
 
     def load_state_dict(self, state: dict) -> None:
         """Take the saved sum, unless it holds steps this run no longer averages (resumed with

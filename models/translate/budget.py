@@ -6,7 +6,9 @@ a time budget measures itself and then chooses its number of steps: its steps up
 second validation give the seconds a step and a validation take, and the steps
 that fit in the time left, up to --steps, become the end of the learning-rate schedule (which
 decays to that end, as it would to a --steps given by hand). After each later validation it
-times the steps since it last chose and chooses again: a machine's speed drifts (two
+times the steps since it last chose and chooses again, a stall left out (a process stopped for a
+while, a laptop asleep: the time is gone, but the steps after it are as fast as before; once
+counted in, a 12 s stop cut a 40 s run's 1,494 steps to 494). A machine's speed drifts (two
 ten-minute runs of the same corpus here, both planned at 185-190 ms a step; one kept that
 pace, the other's steps ran 7% faster and it ended 95 s early), and a cosine stretched or
 shrunk at a validation moves its learning rate by a few percent, where a schedule cut short
@@ -30,8 +32,9 @@ import contextlib
 import math
 import os
 import re
+import statistics
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 FINAL_SHARE = 0.1
 """Of the budget, what is kept for choosing the decoding and the final report (on the 18k-pair
@@ -51,17 +54,31 @@ CHANGE_BY = 0.01
 the run keeps its steps (and its log stays quiet)."""
 PLAN_BY = 0.25
 """The share of the training time after which the run plans, if that validation has not come."""
+START_UP_SHARE = 0.25
+"""The most of a budget its start-up may take (Python's start, the imports, reading the corpus and
+training its tokenizers, building the model): a budget it would take more of is refused, in one
+line, before anything is written (`--time 0.5s` once spent it all before its first step, then
+said its best model was kept; the reverse task starts in about 0.6 s on the 2-core AMD machine)."""
+STALL = 20
+"""How many times the usual a step or a validation must take to count as a stall. A busy machine's
+steps wait their turn, time the run does spend: the reverse task at a load of 6 on the 2 cores
+had one step in 25 at 5 to 7.5 times the median. A stop of seconds is 50 to 1,000 steps."""
 
-UNITS = {"s": 1, "m": 60, "h": 3600}
+DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?")
+"""Hours, minutes, seconds, in that order, each at most once: "1h30m", "2m 30s", "1.5h"."""
+MOST_S = 30 * 24 * 3600
+"""The longest --time: 30 days (a finite bound, so that every sum and step count planned from it is too)."""
 
 
 def parse_duration(text: str) -> float:
-    """"90s", "10m", "1.5h" or "1h30m" -> seconds; anything else is a ValueError saying what is wanted."""
-    parts = re.fullmatch(r"\s*((?:\d+(?:\.\d+)?[smh]\s*)+)", text or "")
-    seconds = sum(float(n) * UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smh])", text or "")) if parts else 0
-    if not seconds > 0:
-        raise ValueError(f"--time must be a duration such as 90s, 10m or 1h30m, not {text!r}")
-    return seconds
+    """"90s", "10m", "1.5h" or "1h30m" -> seconds; anything else (a unit twice, units out of order,
+    no unit, zero, more than MOST_S) is a ValueError saying what is wanted."""
+    match = DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    parts = [float(n) * unit for n, unit in zip(match.groups(), (3600, 60, 1)) if n] if match else []
+    if not parts or not 0 < sum(parts) <= MOST_S:
+        raise ValueError(f"--time must be a duration such as 90s, 10m or 1h30m (hours, minutes and seconds, each "
+                         f"once), above 0 and at most {MOST_S // 3600}h, not {text!r}")
+    return sum(parts)
 
 
 def process_started() -> float:
@@ -93,6 +110,14 @@ class Budget:
         """When the report must be done: EXIT_SHARE of the budget before its end."""
         return self.started + self.seconds * (1 - EXIT_SHARE)
 
+    def check_start_up(self, now: float) -> None:
+        """Refuse a budget whose start-up, done `now`, took more than START_UP_SHARE of it."""
+        took = now - self.started
+        if took > START_UP_SHARE * self.seconds:
+            raise ValueError(f"--time {self.seconds:g}s cannot hold this run: its start-up (Python, reading the data, "
+                             f"building the model) took {took:.1f} s of it; give it at least "
+                             f"{math.ceil(took / START_UP_SHARE)}s")
+
     def plan_due(self, now: float, training_started: float) -> bool:
         """Plan now, even without a validation yet: PLAN_BY of the training time is gone."""
         return now - training_started >= PLAN_BY * (self.training_ends - training_started)
@@ -110,7 +135,11 @@ class Budget:
 
 
 class Timing:
-    """The seconds a training step and a validation take, by `clock`: what a budget's plan needs."""
+    """The seconds a training step and a validation take, by `clock`: what a budget's plan needs.
+
+    A stall (the process stopped by SIGSTOP, a laptop put to sleep, a neighbour taking the core
+    for a while) is not a new speed: a step or a validation that took more than STALL times the
+    usual is left out of the timing (the time it took is gone from the budget all the same)."""
 
     def __init__(self, clock: Callable[[], float]):
         self.clock, self.started = clock, clock()
@@ -122,14 +151,19 @@ class Timing:
         self.at.append((step, self.clock() - self.started - self.validating_s))
 
     def step_seconds(self, since: int | None = None) -> float:
-        """Over the steps after step `since`, or by default the later half of the steps so far:
-        the first ones record the jit's traces and take longer than the rest will."""
-        first = len(self.at) // 2 if since is None else next(i for i, (s, _) in enumerate(self.at) if s >= since)
-        (s0, t0), (s1, t1) = self.at[first], self.at[-1]
-        return (t1 - t0) / max(1, s1 - s0)
+        """The mean of the steps after step `since`, or by default of the later half of the steps
+        so far (the first ones record the jit's traces and take longer than the rest will),
+        stalls left out: those above STALL times their median."""
+        points = [(self.at[0][0] - 1, 0.0), *self.at]  # from when the timing began
+        first = len(points) // 2 if since is None else next(i for i, (s, _) in enumerate(points) if s >= since)
+        first = min(first, len(points) - 2)
+        took = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(points[first:], points[first + 1:])]
+        usual = [s for s in took if s <= STALL * statistics.median(took)]
+        return sum(usual) / len(usual)
 
     def validation_seconds(self) -> float:
-        return max(self.validations)
+        """The longest validation, stalls left out: those above STALL times the shortest."""
+        return max(v for v in self.validations if v <= STALL * min(self.validations))
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[None]:
@@ -137,3 +171,57 @@ class Timing:
         yield
         self.validations.append(self.clock() - begun)
         self.validating_s += self.validations[-1]
+
+
+class Choice(NamedTuple):
+    steps: int  # the run's last step as chosen now; 0: no new choice
+    step_s: float  # the seconds a step was timed at for it
+    validation_s: float  # and a validation
+    time_up: bool  # the training time is over: stop now
+
+    def said(self, s, before: int | None, pairs: int) -> str:
+        """What `train` (settings `s`, on `pairs` training pairs) says of the choice: the first
+        one, or one that replaces the last step chosen `before`."""
+        timed = f"{self.step_s * 1000:.0f} ms a step"
+        if before is not None:
+            return f"--time {s.time}: {self.steps} steps instead of {before}, re-timed at {timed}"
+        epochs = self.steps * s.batch_size / max(1, pairs)
+        return (f"--time {s.time}: {self.steps} steps of {s.batch_size} (about {epochs:.0f} epochs), timed at {timed} "
+                f"and {self.validation_s:.1f} s a validation")
+
+
+class Planner:
+    """Rank 0's word on a --time budget before each step: it chooses the run's last step when
+    the run has timed its steps up to its second validation, or a quarter of its training time
+    and a validation, and again after each later validation, from the steps since it last chose."""
+
+    def __init__(self, budget: Budget, timing: Timing, most: int, eval_every: int):
+        """`most`: the --steps that bounds every choice."""
+        self.budget, self.timing, self.most, self.eval_every = budget, timing, most, eval_every
+        self.chosen_at: int | None = None  # the step of the last choice; None: none by this command (resumed)
+
+    def news(self, step: int, steps: int, planned: bool, validate: Callable[[], None]) -> Choice:
+        """At `step` of the `steps` chosen so far (if `planned`, else the bound): a new choice, if
+        any, and whether the training time is up. `validate()` is called to time a validation
+        when a plan is due before the first one."""
+        now = self.timing.clock()
+        if self.budget.training_over(now):
+            return Choice(0, 0.0, 0.0, True)
+        if not planned and step > 0:
+            due = self.budget.plan_due(now, self.timing.started)
+            if due and not self.timing.validations:
+                validate()
+                now = self.timing.clock()
+            if len(self.timing.validations) >= PLAN_AT_VALIDATION or due:
+                return self._choose(now, step, self.timing.step_seconds())
+        elif self.chosen_at is not None and step % self.eval_every == 0 and step > self.chosen_at:
+            choice = self._choose(now, step, self.timing.step_seconds(since=self.chosen_at))
+            if abs(choice.steps - steps) >= CHANGE_BY * steps:
+                return choice
+        return Choice(0, 0.0, 0.0, False)
+
+    def _choose(self, now: float, step: int, step_s: float) -> Choice:
+        self.chosen_at = step
+        validation_s = self.timing.validation_seconds()
+        return Choice(self.budget.steps(now, step, step_s, validation_s, self.eval_every, self.most), step_s,
+                      validation_s, False)

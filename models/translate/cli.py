@@ -27,7 +27,7 @@ from . import arguments
 from .corpus import Sources, describe, group_references, normalise, read_corpus, text_lines
 from ..text.data import EOS, DataError
 from .inputs import cores
-from .evaluation import (LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score,
+from .evaluation import (BEAM, LENGTH_PENALTY, InputTooLong, by_length, cross_attention, encode_sources, score,
                          summary, translate)
 from .plots import check_picture_path, plot_attention
 from .progress import progress
@@ -129,7 +129,8 @@ def run_train(args: argparse.Namespace) -> None:
     say(chosen_model_and_training(settings, trainer.schedule.warmup))
     began = time.perf_counter()
     # before a --time run has chosen its steps, the bar knows no total (--steps is only a bound)
-    with progress(settings.steps if trainer.planned else None, trainer.step, enabled=trainer.main) as bar:
+    with progress(settings.steps if trainer.planned else None, trainer.step, trainer.main,
+                  trainer.budget.training_ends if trainer.budget else None) as bar:
         outcome = trainer.train(bar)
     if outcome == "interrupted":
         say(f"interrupted at step {trainer.step}: saved {trainer.dir / 'last.npz'}; continue with "
@@ -138,11 +139,20 @@ def run_train(args: argparse.Namespace) -> None:
     if outcome == "out of time":
         say(f"--time {settings.time} ran out at step {trainer.step} of the {settings.steps} it chose (the machine got "
             f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
-    say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
-    run = together(open_run, trainer.dir, settings.device)  # every rank translates a share (sharing.py)
-    chosen = keep_decoding(run, settings, trainer.budget)
-    say(describe_decoding(chosen))
-    report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
+    try:
+        say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
+        run = together(open_run, trainer.dir, settings.device)  # every rank translates a share (sharing.py)
+        chosen = keep_decoding(run, settings, trainer.budget)
+    except KeyboardInterrupt:  # after training, before the decoding is chosen and kept
+        say(f"interrupted while choosing the decoding: the trained model is kept in {trainer.dir}; python -m models "
+            f"train --out {trainer.dir} --resume chooses it (until then evaluate and translate use beam {BEAM})")
+        sys.exit(130)
+    try:
+        say(describe_decoding(chosen))
+        report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
+    except KeyboardInterrupt:  # the decoding is kept in run.json
+        say(f"interrupted during the test report: the run is complete; python -m models evaluate --run {trainer.dir}")
+        sys.exit(130)
 
 
 def choose_processes(settings: TrainSettings) -> tuple[int, int]:

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
 import time
 
 from .budget import FINAL_SHARE
+from .interrupts import owned, stops_passed_on
 
 INSTALL_HINT = 'pip install "tinygrad-tx[dist]"'
 STARTED = "TINYGRAD_TX_TRAIN_STARTED"
@@ -167,12 +167,9 @@ def refuses_root(command: str) -> bool:
 def launch(processes: int, argv: list[str], started: float) -> int:
     """Run `python -m models ARGV` on `processes` processes under mpiexec; its exit status.
 
-    Ctrl-C reaches every process of the terminal's foreground group, so the ranks stop
-    together at a step boundary and save (training.py); this process only waits for them."""
+    This process owns them (interrupts.py): Ctrl-C, SIGINT or SIGTERM to it stops every rank
+    together at a step boundary, saved; and no rank outlives it."""
     env = {**os.environ, STARTED: repr(started)}
-    command = [mpiexec(), "-n", str(processes), sys.executable, "-m", "models", *argv]
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        return subprocess.run(command, env=env).returncode
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    job = owned([mpiexec(), "-n", str(processes), sys.executable, "-m", "models", *argv], env)
+    with stops_passed_on(job):
+        return job.wait()

@@ -1,4 +1,15 @@
-"""What the ranks of an `mpiexec` run must agree on, and how a problem stops all of them at once.
+"""The ranks of an `mpiexec` run: what they must agree on, and how a problem stops all of them at once.
+
+Started by `mpiexec -n N` (or by `train --processes N` itself, launch.py), the same run is
+data-parallel (`tinygrad_tx.distributed`): `--batch-size` stays the global batch, and each
+process trains on its share of every batch of the same seeded order, so the data a step sees
+does not depend on N and a run may be resumed with another N. Only rank 0 prints, validates
+and writes the run directory; every rank reads it (on several hosts, a shared file system).
+With `--members N` the N ranks instead train the N models of an ensemble, one each (launch.py
+says when that pays): no gradient is averaged; every rank takes whole batches, in the same
+order, with its own initial weights (the seed plus its rank: the first model starts from a
+one-model run's weights) and dropout masks, and validates and keeps its own checkpoints
+(`member_directory`).
 
 Every rank reads the corpus and the settings for itself, so nothing else makes them equal: a
 corpus shuffled on one host would put rank 0's test pairs into another rank's training, and
@@ -12,6 +23,10 @@ never join (--resume on one rank only: it alone read last.npz, and both hung ten
 2. `check_settings_agree`: every train setting, before any of them chooses a path;
 3. `check_data_agree`: the corpus, the vocabularies and (resuming) last.npz, before the model
    is built from them.
+
+While they train, the ranks step together: one small all-reduce before every step
+(`step_news`) carries what would otherwise part them, so every rank stops, or changes its
+schedule, at the same step.
 """
 from __future__ import annotations
 
@@ -83,8 +98,7 @@ def parsed_together(parse: Callable[[], argparse.Namespace]) -> argparse.Namespa
         if e.code:  # argparse's refusal (--help exits with 0)
             said = errors.getvalue().strip().splitlines() or [f"exit status {e.code}"]
             refused = RunError(f"{said[-1].removeprefix('error: ')} (the command line of rank {dist.rank()})")
-    dist.init()  # joined, but no GPU taken: the device is agreed on first
-    on_every_rank(refused)
+    on_every_rank(refused)  # the job's first collective joins it (no GPU taken: the device is agreed on first)
     command = "--help" if args is None else args.command
     agree({"the command": _hash(command), "--device": _hash(getattr(args, "device", None))},
           "every rank must be given the same command line")
@@ -133,3 +147,19 @@ def _weights_hash(weights: dict) -> int:
         digest.update(name.encode())
         digest.update(np.ascontiguousarray(weights[name]).tobytes())
     return int.from_bytes(digest.digest()[:7], "big")
+
+
+def check_members(members: int) -> None:
+    """An ensemble's models train on a process each: --members N needs N ranks."""
+    if members > 1 and dist.world_size() != members:
+        raise ValueError(f"--members {members} trains each model on a process of its own, but this job has "
+                         f"{dist.world_size()}: leave mpiexec out (train starts the processes) or run "
+                         f"mpiexec -n {members}")
+
+
+def step_news(tokens: int, stopping: bool, planned: int, time_up: bool) -> tuple[int, bool, int, bool]:
+    """Before each training step, summed over the ranks: the batch's real `tokens`, whether any
+    rank was asked to stop (interrupts.py), and rank 0's word on a --time budget (every other
+    rank gives 0): the last step it `planned` now (0 if none), and whether the time is up."""
+    news = dist.all_reduce(np.array([tokens, stopping, planned, time_up], dtype=np.int64), op="sum")
+    return int(news[0]), bool(news[1]), int(news[2]), bool(news[3])

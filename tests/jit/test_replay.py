@@ -13,7 +13,7 @@ import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from models import GPT, Transformer
 from tinygrad_tx import nn, optim
-from tinygrad_tx.backward import queue_callback
+from tinygrad_tx.leaf_sink import queue_callback
 from tinygrad_tx.jit import JitError
 
 from .helpers import chain_step, same, vec

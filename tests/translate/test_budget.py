@@ -10,15 +10,18 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from models.translate.budget import EXIT_SHARE, FINAL_SHARE, Budget, parse_duration
-from models.translate.run import load_checkpoint
+from models.translate.budget import EXIT_SHARE, FINAL_SHARE, STALL, Budget, Timing, parse_duration
+from models.translate.run import RunError, load_checkpoint
 from models.translate.settings import TrainSettings, settings_for
 from models.translate.training import Trainer
 
-from .test_cli import Quiet, run_cli
+from .test_cli import REPO, Quiet, run_cli
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400),
@@ -27,8 +30,11 @@ def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["10", "ten minutes", "0m", "", "5x", "m"])
-def test_a_duration_without_a_unit_or_above_zero_is_refused(text):
+@pytest.mark.parametrize("text", ["10", "ten minutes", "0m", "", "5x", "m", "10m10m", "1h1h", "2m 2m", "30s1m",
+                                  "5s10m", "1e3s", "10 m", "-5m", "721h", "9" * 400 + "s", None, 600])
+def test_a_duration_not_hours_minutes_seconds_once_each_above_zero_and_at_most_30_days_is_refused(text):
+    """A unit twice ("10m10m" was 20 minutes), units out of order, a number too large to plan
+    with (400 nines overflowed at planning), or not a text (run.json's settings): one message."""
     with pytest.raises(ValueError, match="--time must be a duration such as 90s, 10m or 1h30m"):
         parse_duration(text)
 
@@ -162,6 +168,85 @@ def test_a_run_that_slows_down_stops_in_time_with_its_best_model(tmp_path):
     assert trainer.s.steps == 51 and trainer.step == 40
     assert [r["step"] for r in records(tmp_path / "run", "valid_bleu")][-2:] == [30, 40]
     assert (tmp_path / "run" / "best.npz").exists() and (tmp_path / "run" / "last.npz").exists()
+
+
+def test_a_stall_is_not_a_new_speed(tmp_path):
+    """8 s: training ends at 7.2 s; chosen at step 20 (1.2 s): 20 + floor((7.2 - 1.2 - 0.5) / 0.06)
+    = 111 steps. Then the process stalls for 3 s after step 25 (as SIGSTOP or a laptop's sleep
+    would stop it). At step 30 (4.8 s) the steps since still take 0.01 s, the stall left out:
+    30 + floor((7.2 - 4.8 - 0.5) / 0.06) = 61 steps, which end at 7.11 s. Timed as the mean of the
+    steps since (0.31 s a step), the run cut itself to 35 steps and ended at 5.6 s, a fifth of its
+    budget unused."""
+    clock = Clock()
+    trainer = timed_trainer(tmp_path / "run", clock, time="8s")
+    trainer.log = lambda record, log=trainer.log: (log(record), record.get("step") == 25 and "loss" in record
+                                                   and setattr(clock, "now", clock.now + 3.0))
+    trainer.start()
+    assert trainer.train(Quiet()) == "done"
+    assert records(tmp_path / "run", "planned_steps") == [{"step": 20, "planned_steps": 111},
+                                                          {"step": 30, "planned_steps": 61}]
+    assert trainer.step == 61 and clock.now == pytest.approx(7.11)
+
+
+def test_a_run_stopped_for_seconds_by_sigstop_does_not_take_the_stop_for_its_speed(tmp_path):
+    """A real stop: `train --time 20s`, SIGSTOP for 6 s after it has chosen its steps, SIGCONT.
+    The next choice timed its steps with the stop in them (120 ms a step, where they took 2 to
+    4 ms at a load of 6 on 2 cores) and cut the run short; now a stop is left out: each choice's
+    timing stays within the STALL factor of the first (the time the stop took is gone all the
+    same), and the run ends at the last step it chose."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "models", "train", "--task", "reverse", "--time", "20s",
+                                "--steps", "100000", "--eval-every", "50", "--n-held-out", "50", "--d-model", "8",
+                                "--num-heads", "2", "--num-encoder-layers", "1", "--num-decoder-layers", "1",
+                                "--d-ff", "8", "--batch-size", "8", "--out", str(out)], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (out / "metrics.jsonl").is_file() or not records(out, "planned_steps"):
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(6)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    timed = [float(line.split("timed at ")[1].split(" ms")[0]) for line in stdout.splitlines() if "timed at" in line]
+    assert len(timed) > 1 and max(timed) < STALL * max(1.0, timed[0]), timed  # "2 ms": a whole number of them
+    last = records(out, "planned_steps")[-1]["planned_steps"]
+    assert f"trained to step {last} of {last} in" in stdout
+
+
+def test_timing_leaves_stalls_out():
+    """Steps of 10 ms, one of 70 ms (a busy machine: counted) and one of 12 s (a stall: not).
+    Validations of 0.5 and 0.6 s and one of 12.5 s: 0.6 s, the longest that is not a stall."""
+    clock = Clock()
+    timing = Timing(clock)
+    for step, took in enumerate([0.01] * 9 + [12.0] + [0.01] * 9 + [0.07], start=1):
+        clock.now += took
+        timing.stepped(step)
+    assert timing.step_seconds(since=0) == pytest.approx((18 * 0.01 + 0.07) / 19)
+    assert timing.step_seconds() == pytest.approx((9 * 0.01 + 0.07) / 10)  # the later half, no stall in it
+    for took in (0.5, 12.5, 0.6):
+        with timing.validating():
+            clock.now += took
+    assert timing.validation_seconds() == pytest.approx(0.6)
+
+
+def test_a_budget_its_start_up_would_take_a_quarter_of_is_refused_before_anything_is_written(tmp_path):
+    """`--time 0.5s` spent it all before the first step, then said the best model so far was kept
+    and failed to find it. Python and the imports alone take more than an eighth of a second."""
+    done = run_cli("train", "--task", "copy", "--time", "0.5s", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("error: --time 0.5s cannot hold this run: its start-up (Python, reading the data, "
+                                  "building the model) took ")
+    assert not (tmp_path / "run").exists()
+    clock = Clock()
+    clock.now = 1.1  # started at 0
+    with pytest.raises(RunError, match=r"--time 4s cannot hold this run: .* took 1.1 s of it; give it at least 5s"):
+        timed_trainer(tmp_path / "run", clock, time="4s")
+    clock.now = 1.0
+    timed_trainer(tmp_path / "run", clock, time="4s")  # a quarter
 
 
 def test_time_is_the_default_for_a_corpus_and_steps_replace_it(tmp_path):

@@ -96,6 +96,57 @@ def logged_steps(run_dir: Path) -> int:
     return sum('"loss"' in line for line in lines)
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_training_saves_a_checkpoint_that_resumes(tmp_path, stop):
+    """SIGTERM (a `kill`, a job scheduler) stops a run as Ctrl-C does: at a step, saved, exit 130."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "models", "train", "--task", "reverse", *TINY, "--steps", "100000",
+                                "--out", str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.time() + 120
+    while logged_steps(out) < 1:
+        assert time.time() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(stop)
+    stdout, stderr = process.communicate(timeout=120)
+    step = int(tx.load(out / "last.npz")["step"])
+    assert process.returncode == 130 and step >= 10, stderr
+    assert f"interrupted at step {step}: saved {out / 'last.npz'}; continue with python -m models train --out {out} " \
+           f"--resume" in stdout
+
+
+def interrupted_after(line: str, command: list[str], env: dict) -> str:
+    """Standard output of `command`, sent SIGINT as soon as it prints a line starting with `line`."""
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for said in process.stdout:
+        if said.startswith(line):
+            break
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    return stdout
+
+
+def test_ctrl_c_while_the_decoding_is_chosen_or_reported_is_one_line_saying_what_is_kept(tmp_path):
+    """After training, the run tries beam widths and length penalties on its validation set
+    (tuning.py), then reports on its test set: Ctrl-C there was a KeyboardInterrupt traceback. It is
+    one line saying what is kept and what to run: `--resume` to choose, or `evaluate`."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    settings = ["--task", "reverse", *TINY, "--steps", "2", "--n-held-out", "100"]  # untrained: long outputs, slow
+    train = [sys.executable, "-m", "models", "train", "--out", str(out)]
+    stdout = interrupted_after("trained to step 2 of 2", [*train, *settings], env)
+    assert stdout.splitlines()[-1] == (f"interrupted while choosing the decoding: the trained model is kept in {out}; "
+                                       f"python -m models train --out {out} --resume chooses it (until then evaluate "
+                                       f"and translate use beam 6)")
+    assert "decoding" not in json.loads((out / "run.json").read_text())
+    stdout = interrupted_after("decoding chosen on validation", [*train, "--resume"], env)
+    assert stdout.splitlines()[-1] == (f"interrupted during the test report: the run is complete; python -m models "
+                                       f"evaluate --run {out}")
+    assert "decoding" in json.loads((out / "run.json").read_text())
+
+
 # -- damage each file in turn ------------------------------------------------------------------
 
 READS = {  # which command reads which file (train = train --resume)

@@ -1,17 +1,27 @@
 """`train --data` on every idle core: counting idle cores, how many processes to start, and the
-run that starts them itself under mpiexec."""
+run that starts them itself under mpiexec and owns: a signal to it reaches every rank, and none
+outlives it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+import tinygrad_tx as tx
 from models.translate import cli, launch
+from models.translate.run import claim
 from models.translate.settings import settings_for
 
-from ..distributed.helpers import needs_mpi
+from ..distributed.helpers import REPO, needs_mpi
 from .test_cli import run_cli
 from .test_corpus_cli import write_anki
+from .test_ranks import TINY
 
 # user nice system idle iowait irq softirq steal (guest columns ignored)
 STAT = "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 {} 0 {} {} {} 0 0 {} 0 0\ncpu1 {} 0 0 {} 0 0 0 0 0 0\nintr 5 5\n"
@@ -94,3 +104,55 @@ def test_train_starts_its_own_processes(tmp_path):
     assert "1 BLAS thread each, 2 processes" in done.stdout and "held-out test" in done.stdout
     planned = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "planned_steps" in r]
     assert planned and f"of {planned[-1]['planned_steps']} in" in done.stdout  # chosen, perhaps again
+
+
+# -- the process a user started owns its ranks --------------------------------------------------
+
+def processes_of(out: Path) -> list[int]:
+    """The processes (mpiexec, its ranks) whose command line names the run directory `out`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(out) in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+@needs_mpi
+@pytest.mark.parametrize("stop, how", [(signal.SIGINT, "--members"), (signal.SIGTERM, "--processes"),
+                                       (signal.SIGKILL, "--members")])
+def test_a_signal_to_train_stops_the_ranks_it_started(tmp_path, stop, how):
+    """`train --members 2` (or `--processes 2`) started as a user would, in the background, then
+    SIGINT or SIGTERM to that one process: every rank stops at one step, saved, and it exits 130,
+    saying how to resume; SIGKILL to it: the ranks still stop, saved, within seconds. Before,
+    SIGINT did nothing and after SIGTERM the ranks trained on, holding the run directory."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    with open(tmp_path / "log", "w") as log:
+        user = subprocess.Popen([sys.executable, "-m", "models", "train", *TINY, how, "2", "--steps", "100000",
+                                 "--out", str(out)], cwd=REPO, env=env, stdout=log, stderr=log,
+                                start_new_session=True)  # as `&` leaves it: not in the terminal's foreground
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text():  # 10 steps done
+            assert time.monotonic() < deadline and user.poll() is None, (tmp_path / "log").read_text()
+            time.sleep(0.1)
+        assert len(processes_of(out)) >= 3  # this one, mpiexec, its ranks
+        user.send_signal(stop)
+        code = user.wait(timeout=60)
+        while processes_of(out):  # no rank outlives it by more than the step it saves
+            assert time.monotonic() < deadline + 60, f"still running: {processes_of(out)}"
+            time.sleep(0.1)
+    finally:  # a failure leaves nothing running
+        for pid in processes_of(out):
+            os.kill(pid, signal.SIGKILL)
+    said = (tmp_path / "log").read_text()
+    assert code == (-signal.SIGKILL if stop == signal.SIGKILL else 130), said
+    assert "Traceback" not in said
+    step = int(tx.load(out / "last.npz")["step"])
+    assert f"interrupted at step {step}: saved {out / 'last.npz'}" in said and step >= 10
+    if how == "--members":
+        assert int(tx.load(out / "members" / "2" / "last.npz")["step"]) == step
+    claim(out).close()  # nothing holds the run directory: --resume may take it

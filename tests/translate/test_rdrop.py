@@ -9,7 +9,8 @@ import pytest
 import tinygrad_tx as tx
 from models.text.data import PAD_ID
 from models.translate.settings import TrainSettings
-from models.translate.training import Trainer, rdrop_term
+from models.translate.losses import rdrop_term
+from models.translate.training import Trainer
 
 from .test_cli import Quiet
 

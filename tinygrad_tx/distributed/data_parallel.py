@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import observers
-from ..backward import queue_callback
+from ..leaf_sink import queue_callback
 from ..nn import Module
 from ..tensor import Tensor
 from .collectives import broadcast
