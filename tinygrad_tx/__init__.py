@@ -8,7 +8,7 @@ from .creation import arange, ones, randn, zeros
 from .function import REGISTRY, enable_grad, is_grad_enabled, no_grad
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .jit import JitError, jit
-from .inspect.plan import BackwardPlan, backward_plan
+from .plan import BackwardPlan, backward_plan
 from .serialization import load, save
 from .functional import cat, stack
 from .tensor import Tensor, grad, where

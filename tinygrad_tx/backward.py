@@ -1,7 +1,7 @@
 """Backward: from a tensor back to every leaf behind it, first planned, then run.
 
     loss.backward()                  # tensor.py hands over to `backward` below
-    print(tx.backward_plan(loss))    # the same plan, for reading (tinygrad_tx/inspect/plan.py)
+    print(tx.backward_plan(loss))    # the same plan, for reading (tinygrad_tx/plan.py)
 
 **The plan** (`make_plan`) decides every rule of the walk before a gradient moves:
 - *order*: the nodes (the ops recorded in forward) behind the root, each after every node

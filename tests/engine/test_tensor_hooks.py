@@ -73,7 +73,7 @@ def test_post_accumulate_grad_hook_runs_during_backward_with_the_whole_gradient(
     def ready(name):
         def hook(p):
             events.append((name, p.grad.numpy(), w1.grad is None))
-            tx.backward.queue_callback(finished)
+            tx.leaf_sink.queue_callback(finished)
         return hook
 
     def finished():
@@ -89,7 +89,7 @@ def test_post_accumulate_grad_hook_runs_during_backward_with_the_whole_gradient(
     np.testing.assert_allclose(events[1][1], [[2.0, -6.0], [-4.0, 12.0]])  # 2 xᵀ w2ᵀ
     assert events[2] == ("finished", True)
     with pytest.raises(RuntimeError, match="outside backward"):
-        tx.backward.queue_callback(finished)
+        tx.leaf_sink.queue_callback(finished)
     with pytest.raises(RuntimeError, match="needs a leaf"):
         h.register_post_accumulate_grad_hook(ready("h"))
 

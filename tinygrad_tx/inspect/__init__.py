@@ -15,10 +15,10 @@ All of them observe the engine through one list of observers (`tinygrad_tx/obser
 whose `Observer` they subclass: `Instrument` here), which is empty, and so free, unless one
 of them is active.
 """
+from ..plan import BackwardPlan, PlanStep, backward_plan
 from .anomaly import AnomalyError, detect_anomaly
 from .graph import build_graph, graph_text, render, retain_grads, tensors_in_graph, to_dot
 from .instrument import Instrument
-from .plan import BackwardPlan, PlanStep, backward_plan
 from .modules import ModuleCall, attention_maps, name_parameters, record_modules
 from .profiler import OpStats, profile
 from .trace import trace_backward

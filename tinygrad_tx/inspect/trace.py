@@ -27,7 +27,7 @@ from ..function import Function
 from ..backward import Route, sum_to
 from ..tensor import Tensor
 from .instrument import Instrument, describe, norm, raw
-from .plan import BackwardPlan
+from ..plan import BackwardPlan
 
 
 @dataclass(eq=False)

@@ -18,7 +18,7 @@ from ..distributed.collectives import all_reduce
 from ..nn import Module
 from ..nn.hooks import GLOBAL_HOOKS
 from ..ops.select import Getitem, is_bool_array
-from ..inspect.plan import BackwardPlan, PlanStep, backward_plan
+from ..plan import BackwardPlan, PlanStep, backward_plan
 from ..observers import Observer
 from ..tensor import Tensor
 from . import watch

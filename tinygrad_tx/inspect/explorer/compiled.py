@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Callable
 
 from ... import Tensor
+from ...jit import JitError, jit
 from .backward import seed_gradient
 
 FORWARD = re.compile(r"# #(\d+) (\w+)")  # codegen ends an op's forward line with "# #<index> <Op> -> s<k>"
@@ -28,8 +29,6 @@ def record_compiled(fn: Callable, args: tuple, first_tensor: Callable[[Any], Ten
                     seed: Tensor | None = None) -> dict:
     """{"summary", "source", "ops"}: the tape of fn's forward plus a backward from its result, or
     {"refused": why} when `tx.jit` cannot record it."""
-    from ...jit import JitError, jit  # here: tx.jit itself watches the engine through tx.inspect
-
     # A partial, not a closure: the jit looks into what a partial binds, but not into the cells
     # of the engine's own functions, so a `fn` held in a closure here (a run's step, whose model
     # and batch it binds) would hide every weight it uses from the jit's checks, and be refused.

@@ -10,6 +10,10 @@ step n is at index n - 1 (its *place*).
 `trace_backward` keeps the plan of each walk it sees as one of these, and `tx.jit` keeps the
 plan of each backward it records numbered for its record (`renumbered`: op and leaf numbers
 in place of this call's objects), prints it with the tape and writes its code from `steps`.
+So the plan for reading sits here, beside backward.py and below both `tx.jit` and `tx.inspect`
+(which re-exports it), not inside inspect: the explorer, in inspect, shows the jit's record, and
+the jit replays from this reading of the plan, so either placement inside the two would import
+back up.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable
 
-from ..backward import Plan, Route, make_plan
+from .backward import Plan, Route, make_plan
 
 
 def backward_plan(root: Any, retain_graph: bool = False) -> "BackwardPlan":
