@@ -15,6 +15,11 @@
 # is written to runs/exercises unless `--out` says otherwise). It trains without `tx.jit`, whose
 # replay would use the engine's walk after the first step: every step runs yours.
 #
+# Then look inside the run, in the browser, with your code: each node of the step graph shows
+# your op's forward and backward, the update view your walk and your Adam:
+#
+#     python -m exercises explore
+#
 # If the loss stalls or turns NaN while every check passes, a check has missed something: compare
 # the op with the engine's own (each check's pass line says where) and tell us which input found it.
 

@@ -1,4 +1,4 @@
-"""python -m exercises list | check NN | train [python -m models train's options]"""
+"""python -m exercises list | check NN | train [python -m models train's options] | explore [RUN_DIR] [...]"""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from .catalog import EXERCISES, FOLDER, check, find
+from .exploring import explore
 from .training import train
 
 USAGE = """\
@@ -13,7 +14,10 @@ USAGE = """\
   python -m exercises check 03             check exercise 03 (exercises/03_sum_mean.py)
   python -m exercises train [OPTIONS]      train the reverse task with your code (after every check
                                            passes); OPTIONS go to `python -m models train`
---dir DIR (before the command) reads your exercise files from DIR instead of exercises/."""
+  python -m exercises explore [RUN_DIR] [OPTIONS]   the explorer on the run (runs/exercises), with
+                                           your code; OPTIONS (--html FILE, --port N, ...) go to
+                                           `python -m models explore`
+--dir DIR reads your exercise files from DIR instead of exercises/."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,8 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     one = sub.add_parser("check", help="check one exercise")
     one.add_argument("number", help="its number, e.g. 03")
     sub.add_parser("train", help="train the reverse task with your code", add_help=False)
+    sub.add_parser("explore", help="the explorer on a run, with your code", add_help=False)
     args, rest = p.parse_known_args(argv)
-    if args.command != "train" and rest:
+    if args.command in ("train", "explore"):  # --dir after the command, too; the rest is models'
+        later = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        later.add_argument("--dir", default=args.dir)
+        known, rest = later.parse_known_args(rest)
+        args.dir = known.dir
+    elif rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "list":
         for e in EXERCISES:
@@ -42,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         report = check(args.number, folder=args.dir)
         print(report)
         return 0 if report else 1
-    return train(rest, Path(args.dir))
+    return (train if args.command == "train" else explore)(rest, Path(args.dir))
 
 
 sys.exit(main())

@@ -36,12 +36,9 @@ def train(argv: list[str], folder: Path = FOLDER) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
-    for exercise in EXERCISES[:-1]:
-        if not check(exercise.number, folder=folder):
-            print(f"exercise {exercise.number} ({exercise.title}) does not pass its check yet: "
-                  f"python -m exercises check {exercise.number} says what is wrong", file=sys.stderr)
-            return 1
-    answers = {e.number: load(e, folder) for e in EXERCISES[:-1]}
+    answers = passing(folder)
+    if answers is None:
+        return 1
     from models.translate.cli import main  # the app, imported only when a run is asked for
     with installed(answers) as lines:
         print(f"training with your code, from {folder}:", *lines, sep="\n  ")
@@ -50,6 +47,17 @@ def train(argv: list[str], folder: Path = FOLDER) -> int:
         except SystemExit as e:
             return int(e.code or 0)
     return 0
+
+
+def passing(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """Every exercise's names (by number) once all pass their checks; else None, after a line on
+    standard error that names the first that does not."""
+    for exercise in EXERCISES[:-1]:
+        if not check(exercise.number, folder=folder):
+            print(f"exercise {exercise.number} ({exercise.title}) does not pass its check yet: "
+                  f"python -m exercises check {exercise.number} says what is wrong", file=sys.stderr)
+            return None
+    return {e.number: load(e, folder) for e in EXERCISES[:-1]}
 
 
 def _refused(argv: list[str]) -> str | None:
@@ -93,7 +101,7 @@ def installed(answers: dict[str, dict[str, Any]]) -> Iterator[list[str]]:
         _replace(tx.REGISTRY, names_of(answers), undo)
         walk = answers["09"]["backward"]
         undo.append((Tensor, "backward", Tensor.__dict__["backward"]))
-        Tensor.backward = _as_method(walk)
+        Tensor.backward = as_method(walk)
         lines.append("Tensor.backward: your walk, from 09_walk.py")
         _swap(optim.Adam, answers["10"]["Adam"], undo)
         lines.append("optim.Adam: your update, from 10_adam.py")
@@ -132,7 +140,7 @@ def _set(owner: Any, name: str, value: Any) -> None:
         setattr(owner, name, value)
 
 
-def _as_method(walk: Callable) -> Callable:
+def as_method(walk: Callable) -> Callable:
     """`Tensor.backward` that runs the learner's `backward(root, grad)` on raw arrays."""
     def backward(self: Tensor, grad: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
         if create_graph:
