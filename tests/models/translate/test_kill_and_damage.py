@@ -29,9 +29,9 @@ import pytest
 import tinygrad_tx as tx
 from models.translate import cli
 
-from ..faults import StandInDisk, fill, remount, tmpfs
+from ...faults import StandInDisk, fill, remount, tmpfs
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = ["--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1", "--d-ff", "8", "--batch-size", "8"]
 

@@ -20,7 +20,7 @@ from .test_cli_errors import assert_one_line_error, run
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "8", "--n-train", "60", "--n-held-out", "10", "--batch-size", "8"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def snapshot(directory: Path) -> dict:

@@ -24,7 +24,7 @@ from models.translate.training import Trainer
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "8", "--n-train", "60", "--batch-size", "8"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run(capsys, *args: str, stdin: str | bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:

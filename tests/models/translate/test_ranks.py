@@ -21,7 +21,7 @@ import numpy as np
 
 import tinygrad_tx as tx
 
-from ..distributed.helpers import MPIEXEC, RANKS, REPO, mpiexec, needs_mpi
+from ...distributed.helpers import MPIEXEC, RANKS, REPO, mpiexec, needs_mpi
 
 
 # -- two ranks train as one process does -------------------------------------------------------
