@@ -9,7 +9,7 @@ docs/results/corpus-rdrop-tied.md, so that a later experiment does not replace t
 (and, with --steps 5000, docs/results/corpus-rdrop-tied-5000-steps.md).
 
 Each row trains the corpus (the file is yours: it is not in the repository) in fresh
-processes, as `python -m models train --data CORPUS` does: "before" as issue 34 found it
+processes, as `python -m models train --data CORPUS` does: "before" as it was at first
 (4,000 steps of one process), then with a --time budget on one process (what `train` does
 on a busy machine), with subword sampling, with sampling and the low-resource settings
 (more dropout, fewer pieces), one model on 2 data-parallel processes alone and with R-Drop

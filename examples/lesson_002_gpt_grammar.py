@@ -260,7 +260,7 @@ heatmaps(weights, args.out / "gpt_attention.png", [f"{n.split('.')[2]}.{h}" for 
 
 # %% [markdown]
 # ## Checks against the truth
-# In full mode the goals of issue 24: held-out loss within 2% of the truth's loss on the same
+# In full mode the lesson's goals: held-out loss within 2% of the truth's loss on the same
 # sentences, and at least 99% of the sentences sampled at temperature 1 accepted by the grammar.
 # In quick mode (CI), 300 short steps, only the direction: near the floor, and mostly grammatical.
 

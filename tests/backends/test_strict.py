@@ -54,7 +54,7 @@ def test_tensors_on_strict_hold_strict_arrays():
 
 
 def test_strict_refuses_a_numpy_scalar_as_tensor_data():
-    """Issue 22, item 11: CuPy gives 0-d arrays; a NumPy scalar in a strict tensor is a value made on the host."""
+    """CuPy gives 0-d arrays; a NumPy scalar in a strict tensor is a value made on the host."""
     strict = tx.get_backend("strict")
     with pytest.raises(TypeError, match="numpy.float32 as the data of a strict tensor"):
         Tensor._from_op(np.float32(1.0), strict)

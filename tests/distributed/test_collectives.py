@@ -29,7 +29,7 @@ def test_collectives(device, tmp_path):
 
 @needs_mpi
 def test_collectives_inside_a_jitted_step_are_made_at_every_replay(device, tmp_path):
-    """dist.broadcast / all_reduce called in the step itself (issue 22, item 1): replays make them
+    """dist.broadcast / all_reduce called in the step itself: replays make them
     again, so the ranks' weights stay equal and equal eager's bit for bit."""
     ranks = replayed_as_eager("collectives_jit", device, tmp_path)
     for name in ranks[0]:

@@ -28,7 +28,7 @@ def collectives(device: str) -> dict:
     b = tx.Tensor(np.full(3, 7.0 if r == 1 else -1.0, dtype=np.float32), device=device)
     dist.broadcast(b, root=1)
     loss = tx.Tensor(np.arange(3, dtype=np.float32) * (r + 1), device=device).sum()  # an op's 0-d result
-    dist.all_reduce(loss)  # was "'numpy.float32' object does not support item assignment" (issue 22)
+    dist.all_reduce(loss)  # was "'numpy.float32' object does not support item assignment"
     zero_d = (tx.Tensor([float(r)], device=device) * 2.0).sum()
     dist.broadcast(zero_d, root=1)
     dist.barrier()
@@ -131,7 +131,7 @@ def collectives_jit(device: str) -> dict:
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
             opt.step()
-            return dist.all_reduce(loss.reshape(1), op="sum")  # (1,): a 0-d result is a NumPy scalar (item 11)
+            return dist.all_reduce(loss.reshape(1), op="sum")  # (1,): a 0-d result was once a NumPy scalar
 
         run = tx.jit(step) if mode == "jit" else step
         losses = []

@@ -40,7 +40,7 @@ def _npy(value):
     json.dumps({"format": "tinygrad_tx.save", "version": "1", "tree": {"value": 1}}),
 ])
 def test_load_damaged_metadata_is_a_load_error(tmp_path, meta):
-    """Issue 10, item 14: damaged metadata raised a raw JSONDecodeError, TypeError or KeyError, and
+    """Damaged metadata is a LoadError; it raised a raw JSONDecodeError, TypeError or KeyError, and
     an unknown tree kind came back as the raw value."""
     path = tmp_path / "state.npz"
     tx.save({"w": np.ones(3)}, path)
@@ -50,7 +50,7 @@ def test_load_damaged_metadata_is_a_load_error(tmp_path, meta):
 
 
 def test_load_corrupt_compressed_entry_is_a_load_error(tmp_path):
-    """Issue 10, item 14: a corrupt compressed entry raised zlib.error, which the CLI did not catch."""
+    """A corrupt compressed entry is a LoadError; it raised zlib.error, which the CLI did not catch."""
     path = tmp_path / "state.npz"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("w.npy", _npy(np.arange(1000.0)))
@@ -78,7 +78,8 @@ def _meta(tree):
 
 
 def test_load_refuses_a_header_that_declares_more_than_the_entry_holds(tmp_path):
-    """Issue 22, item 12: 882 bytes declaring (10**12,) float64 raised a raw MemoryError, also through `evaluate`."""
+    """882 bytes declaring (10**12,) float64 are refused; they raised a raw MemoryError, also
+    through `evaluate`."""
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10 ** 12,)})
     path = _archive(tmp_path / "big.npz", {"w.npy": header.getvalue() + bytes(64),
@@ -93,7 +94,7 @@ def test_load_refuses_a_header_that_declares_more_than_the_entry_holds(tmp_path)
 
 
 def test_load_refuses_a_zip_bomb_before_inflating_it(tmp_path):
-    """Issue 22, item 12: a 1.5 MB zip bomb inflated to 1.5 GB."""
+    """A zip bomb is refused before it is inflated; a 1.5 MB one inflated to 1.5 GB."""
     bomb = _npy(np.zeros(4 * 2 ** 20, dtype=np.uint8))  # 4 MiB of zeros deflate about 1000 times
     path = _archive(tmp_path / "bomb.npz", {"w.npy": bomb, "__tinygrad_tx__.npy": _meta({"dict": {"w": {"array": "w"}}})},
                     zipfile.ZIP_DEFLATED)
@@ -102,7 +103,7 @@ def test_load_refuses_a_zip_bomb_before_inflating_it(tmp_path):
 
 
 def test_load_refuses_an_archive_over_the_size_limit(tmp_path, monkeypatch):
-    """Issue 22, item 12, the same class: what an archive unpacks to in all is bounded too
+    """The same class as a zip bomb: what an archive unpacks to in all is bounded too
     (MAX_LOAD_BYTES), checked before reading."""
     path = tmp_path / "state.npz"
     tx.save({"w": np.ones(1000)}, path)
@@ -127,7 +128,7 @@ def test_load_keeps_real_compressed_checkpoints(tmp_path):
 
 @pytest.mark.parametrize("levels, match", [(100_000, "nested too deeply to read"), (150, "deeper than 100 levels")])
 def test_load_refuses_deeply_nested_metadata(tmp_path, levels, match):
-    """Issue 22, item 12: 100,000 levels raised RecursionError in the JSON reader; 150 are read, then refused by MAX_DEPTH."""
+    """100,000 levels raised RecursionError in the JSON reader; 150 are read, then refused by MAX_DEPTH."""
     tree = '{"list": [' * levels + '{"value": 1}' + "]}" * levels
     meta = _npy('{"format": "tinygrad_tx.save", "version": 1, "tree": ' + tree + "}")
     path = _archive(tmp_path / "deep.npz", {"__tinygrad_tx__.npy": meta})

@@ -49,7 +49,7 @@ def _changed_in_place(t):
 
 @pytest.mark.parametrize("share", sorted(SHARERS))
 def test_an_in_place_change_is_seen_through_every_tensor_sharing_the_array(device, share):
-    """Issue 32 item 1: an optimizer step on p after `(x * p.detach()).sum()` was built went
+    """An optimizer step on p after `(x * p.detach()).sum()` was built went
     unnoticed (the version was the tensor's, not the array's) and backward gave x.grad from the
     updated values. A version belongs to the memory: the change is refused whichever name made it."""
     p, x = leaf([1.0, 2.0, 3.0, 4.0], device), leaf([1.0, 1.0, 1.0, 1.0], device)

@@ -16,7 +16,7 @@ from ..helpers import leaf
     (lambda p: optim.Adam(p, betas=(0.9,)), "betas must be two numbers"),
 ])
 def test_optimizer_refuses_bad_hyperparameters(make, match):
-    """Issue 10, item 13: lr=nan or inf, a negative eps, momentum or weight_decay, and betas=(0.9,)
+    """lr=nan or inf, a negative eps, momentum or weight_decay, and betas=(0.9,) are refused; they
     were accepted."""
     with pytest.raises(ValueError, match=match):
         make([leaf([1.0])])
@@ -36,8 +36,8 @@ def _trained_adam_state():
     (lambda s: s["state"]["0"].pop("v"), r"has state \['m'\], Adam keeps \['m', 'v'\]"),
 ])
 def test_optimizer_load_state_dict_names_what_is_wrong(damage, match):
-    """Issue 10, item 13: a state dict with an out-of-range key, no step count, or state holding
-    only `m` failed later with a KeyError or IndexError."""
+    """A state dict with an out-of-range key, no step count, or state holding only `m` is refused
+    with what is wrong; it failed later with a KeyError or IndexError."""
     p, state = _trained_adam_state()
     damage(state)
     fresh = optim.Adam([p])

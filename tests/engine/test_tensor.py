@@ -37,7 +37,7 @@ def test_numpy_returns_a_copy(device):
 # -- truth value, equality and NumPy conversion ---------------------------------------------
 
 def test_truth_value_follows_numpy(device):
-    """Issue 10, item 3: a Tensor had no __bool__: `bool(Tensor([0.0]))` was True, `if t > 1:` on
+    """A Tensor had no __bool__: `bool(Tensor([0.0]))` was True, `if t > 1:` on
     three elements took a branch instead of raising NumPy's "ambiguous", and bool() of a 0-d
     comparison raised IndexError."""
     assert not bool(Tensor([0.0], device=device))
@@ -53,7 +53,7 @@ def test_truth_value_follows_numpy(device):
 
 
 def test_equality_is_elementwise_and_hash_stays_identity(device):
-    """Issue 10, item 3: `t == 1` compared identity, not values."""
+    """`t == 1` compares values; it compared identity."""
     t = Tensor([1.0, 2.0, 1.0], device=device)
     np.testing.assert_array_equal((t == 1).numpy(), [True, False, True])
     np.testing.assert_array_equal((t != 1).numpy(), [False, True, False])
@@ -61,7 +61,7 @@ def test_equality_is_elementwise_and_hash_stays_identity(device):
 
 
 def test_numpy_conversion_of_a_cpu_tensor_and_state_dicts_of_tensors(device):
-    """Issue 10, item 3: `np.asarray(t)` gave an object array, so `load_state_dict({name: Tensor})`
+    """`np.asarray(t)` gave an object array, so `load_state_dict({name: Tensor})`
     failed obscurely."""
     assert np.asarray(Tensor([1.0, 2.0])).dtype == np.float32
     layer = tx.nn.Linear(2, 3).to(device)
@@ -81,7 +81,7 @@ def test_only_floating_tensors_can_require_grad():
 
 
 def test_integer_tensors_cannot_require_grad(device):
-    """Issue 10, item 10: `tx.zeros(2, dtype=np.int64, requires_grad=True)` was accepted (the
+    """`tx.zeros(2, dtype=np.int64, requires_grad=True)` was accepted (the
     optimizer failed later), and `x.astype(np.int64)` kept requires_grad and passed the gradient
     straight through (PyTorch: not differentiable)."""
     with pytest.raises(TypeError, match="only floating tensors can require grad"):
@@ -104,7 +104,7 @@ ZERO_D = {
 
 @pytest.mark.parametrize("op", ZERO_D)
 def test_zero_d_results_are_arrays(device, op):
-    """Issue 22, item 11: NumPy gives np.float32 for a 0-d result, which `dist.all_reduce` cannot write in place
+    """NumPy gives np.float32 for a 0-d result, which `dist.all_reduce` cannot write in place
     ("'numpy.float32' object does not support item assignment") and which is shared (np.True_)."""
     x = leaf([1.0, -2.0, 4.0], device)
     y = ZERO_D[op](x)
@@ -114,8 +114,8 @@ def test_zero_d_results_are_arrays(device, op):
 
 
 def test_zero_d_gradients_and_comparisons_are_arrays(device):
-    """Issue 22, item 11, for gradients and comparisons too: two True results were NumPy's one
-    shared np.True_, which a jit record could not tell apart (item 2, tests/jit/test_replay.py)."""
+    """The same for gradients and comparisons: two True results were NumPy's one shared np.True_,
+    which a jit record could not tell apart (tests/jit/test_replay.py)."""
     x = Tensor(np.float64(2.0), device=device, requires_grad=True)
     (g,) = tx.grad(x * x, [x])
     assert isinstance(g.data, x.backend.array_type) and g.item() == 4.0

@@ -144,7 +144,7 @@ def test_retain_grad_accumulates_across_backward_calls_like_a_leaf():
 
 @pytest.mark.parametrize("retain_first", [True, False])
 def test_retained_gradient_is_the_one_that_flowed_on_whatever_the_order(torch, retain_first):
-    """Issue 32, item 4: with `h.retain_grad(); h.register_hook(lambda g: g * 2)`, h.grad
+    """With `h.retain_grad(); h.register_hook(lambda g: g * 2)`, h.grad
     was the gradient before the hook (1x) while x.grad got 2x. PyTorch keeps the one that flowed on."""
     values = [0.3, -1.2, 0.7]
     x, tx_ = leaf(values), torch.tensor(values, dtype=torch.float64, requires_grad=True)
@@ -165,7 +165,7 @@ def test_retained_gradient_is_the_one_that_flowed_on_whatever_the_order(torch, r
 @pytest.mark.parametrize("on_leaf", [True, False])
 @pytest.mark.parametrize("change", ["shape", "broadcast", "dtype"])
 def test_a_hook_that_changes_the_gradients_shape_or_dtype_is_refused(on_leaf, change):
-    """Issue 32, item 8: a leaf hook returning `g.sum()` made `.grad` one number, which SGD
+    """A leaf hook returning `g.sum()` made `.grad` one number, which SGD
     then broadcast over the weight. A hook may change values only; the error names the tensor and
     both shapes."""
     x = Tensor(np.ones((2, 3)), requires_grad=True, name="weight")

@@ -7,7 +7,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_translations_show_symbols_and_name_the_end():
-    """Issue 60, item 8: the outputs were raw id lists with an unexplained trailing 2 (the end id)."""
+    """The translations show symbols and name the end; they were raw id lists with an unexplained
+    trailing 2 (the end id)."""
     result = subprocess.run([sys.executable, str(ROOT / "examples" / "copy_task.py"), "--steps", "60"],
                             capture_output=True, text=True, timeout=300, env={"OPENBLAS_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr

@@ -18,8 +18,8 @@ def test_walkthrough_runs_and_writes_its_pictures(tmp_path):
 
 
 def test_without_graphviz_the_walkthrough_says_so_in_one_line_once(tmp_path):
-    """Issue 60, item 8: a missing Graphviz printed a raw UserWarning echoing a source line, and [7]
-    said it again."""
+    """A missing Graphviz is said in one line, once; it printed a raw UserWarning echoing a source
+    line, and step [7] said it again."""
     result = subprocess.run([sys.executable, str(ROOT / "examples" / "autograd_walkthrough.py"), "--out",
                              str(tmp_path)], capture_output=True, text=True, timeout=120,
                             env={"PATH": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"})  # no `dot` on this PATH

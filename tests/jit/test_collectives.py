@@ -37,7 +37,7 @@ class _JobOfTwo:
 
 
 def test_collectives_inside_are_made_again_at_each_replay_on_that_calls_tensors(monkeypatch):
-    """Issue 22, item 1: dist.all_reduce / broadcast ran only while recording; replays skipped them,
+    """dist.all_reduce / broadcast ran only while recording; replays skipped them,
     and the ranks' weights drifted apart."""
     import tinygrad_tx.distributed as dist
     from tinygrad_tx.distributed import collectives
@@ -90,7 +90,7 @@ def test_collectives_of_one_process_replay_as_the_identity():
 @pytest.mark.parametrize("call", [lambda x, dist: dist.all_reduce(x.data),
                                   lambda x, dist: dist.all_reduce(float(x.shape[0]))])
 def test_collectives_of_raw_arrays_and_numbers_inside_are_refused(call):
-    """Issue 22, item 1's class: a collective of a raw array or a Python number inside the step
+    """The same class: a collective of a raw array or a Python number inside the step
     would run only while recording; no replay can make it again, so it is refused."""
     import tinygrad_tx.distributed as dist
 
@@ -103,7 +103,7 @@ def test_collectives_of_raw_arrays_and_numbers_inside_are_refused(call):
 
 
 def test_a_collective_on_a_tensor_made_inside_outside_ops_is_refused(monkeypatch):
-    """Issue 22, item 1's class: a count made with tx.Tensor(...) and summed over the ranks: each
+    """The same class: a count made with tx.Tensor(...) and summed over the ranks: each
     replay summed the recording's tensor again (0.5, 0.25, 0.125, ... where eager gives 0.5 at
     every call)."""
     import tinygrad_tx.distributed as dist

@@ -328,14 +328,14 @@ CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)
 @settings(max_examples=max(60, settings.default.max_examples))  # CI: 60; --hypothesis-profile large: more
 @given(program=st.lists(STATEMENTS, min_size=1, max_size=14), changes=CALLS, seed=st.integers(0, 2 ** 16),
        adam=st.booleans(), verify=st.booleans())
-@example(program=[("named", [0, 4, 3], 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)  # item 5
+@example(program=[("named", [0, 4, 3], 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)  # names collide
 @example(program=[("reduce", "sum", 0), ("reduce", "sum", 1), ("compare", SCALAR, 0, 0.0), ("compare", SCALAR, 1, 0.0),
                   ("where", 0, 0, 1), ("where", 1, 1, 0)], changes=[("none",)] * 3, seed=0, adam=False, verify=False)
 @example(program=[("dropout", 0), ("layer", 0, 2)], changes=[("none",), ("none",), ("dropout_p", 0.0), ("none",)],
-         seed=0, adam=True, verify=False)  # item 4
+         seed=0, adam=True, verify=False)  # a model changed between calls
 @example(program=[("reduce", "sum", 0), ("named", [0], 0), ("reduce", "mean", 2), ("backward", 1, False),
                   ("write", "sgd", 5), ("write", "setitem", 0), ("call", "step")], changes=[("none",)] * 3,
-         seed=0, adam=False, verify=False)  # item 3
+         seed=0, adam=False, verify=False)  # writes to .data inside the step
 @example(program=[("named", [0], 1)], changes=[("pass_named", 0), ("pass_named", 2), ("none",)], seed=0, adam=False,
          verify=False)  # f(b) where f also uses b, then f(c)
 @example(program=[("fresh_optimizer", False)], changes=[("none",), ("freeze", 0)], seed=0, adam=False,
@@ -343,10 +343,10 @@ CALLS = st.lists(st.one_of(st.just(("none",)), CHANGES), min_size=2, max_size=6)
 @example(program=[("reach", "global_dict", 0), ("reach", "arg_field", 2), ("reach", "field", 3),
                   ("reach", "closure_dict", 4), ("reduce", "sum", 5), ("backward", 0, False)],
          changes=[("none",), ("swap", "global_dict"), ("swap", "arg_field"), ("swap", "field"),
-                  ("swap", "closure_dict"), ("put_back", "field")], seed=0, adam=False, verify=False)  # issue 32 item 2
+                  ("swap", "closure_dict"), ("put_back", "field")], seed=0, adam=False, verify=False)  # swapped tensors
 @example(program=[("layer", 0, 0), ("reduce", "sum", 2), ("backward", 0, False), ("itself", "freeze", 0),
                   ("dropout", 1), ("itself", "dropout_p", 0), ("reach", "field", 0), ("itself", "swap_field", 0)],
-         changes=[("none",)] * 4, seed=0, adam=False, verify=False)  # issue 32 "Also": changed by the step itself
+         changes=[("none",)] * 4, seed=0, adam=False, verify=False)  # changed by the step itself
 def test_a_replay_equals_eager_or_the_jit_refuses(program, changes, seed, adam, verify):
     eager_world, jit_world = World(seed, adam, 0), World(seed, adam, 1)
     eager, jitted = make_step(eager_world, program), tx.jit(make_step(jit_world, program), verify=verify)

@@ -128,7 +128,7 @@ def test_a_module_out_of_reach_is_guarded_by_its_mode_when_first_called():
 # -- changes between calls -------------------------------------------------------------------------
 
 def _changes():
-    """Changes to a model between two calls of a jitted step (item 4), each a function of the model."""
+    """Changes to a model between two calls of a jitted step, each a function of the model."""
     def dropout_off(m):
         m.drop.p = 0.0
 
@@ -166,7 +166,7 @@ class _Net(tx.nn.Module):
 
 @pytest.mark.parametrize("change", _changes(), ids=lambda f: f.__name__)
 def test_a_model_changed_between_calls_is_recorded_anew(change):
-    """Issue 22, item 4: Dropout.p = 0.0, ModuleList.append(...), a replaced submodule went
+    """Dropout.p = 0.0, ModuleList.append(...), a replaced submodule went
     unnoticed; the replays ran the old graph."""
     def run(jitted: bool):
         tx.manual_seed(0)
@@ -186,7 +186,7 @@ def test_a_model_changed_between_calls_is_recorded_anew(change):
 
 
 def test_a_global_rebound_between_calls_is_recorded_anew():
-    """Issue 22, item 4's class: a model bound to a global again between calls went unnoticed, and
+    """The same class: a model bound to a global again between calls went unnoticed, and
     replays ran the old one."""
     global _GLOBAL_MODEL
     _GLOBAL_MODEL = tx.nn.Linear(2, 1)
@@ -251,7 +251,7 @@ REACHED = {  # how the step reaches the tensor, and how a call puts another one 
 
 @pytest.mark.parametrize("case", sorted(REACHED))
 def test_a_tensor_swapped_between_calls_is_never_replayed_stale(case):
-    """Issue 32 item 2: `PARAMS["w"]` replaced between calls gave eager 0, 3, 6, 9 and the jit
+    """`PARAMS["w"]` replaced between calls gave eager 0, 3, 6, 9 and the jit
     0, 0, 0, 0 (a dataclass argument's field too): only the globals themselves were compared. Now
     every way the record's tensors were reached is checked before each replay."""
     step, swap = REACHED[case]
@@ -283,7 +283,7 @@ def test_a_tensor_found_no_way_the_jit_can_look_again_is_refused():
 # -- what the step itself changes, after the record relied on it -----------------------------------
 
 def test_a_step_that_stops_a_tensor_requiring_grad_after_using_it_records_anew():
-    """Issue 32: a step calling `p.requires_grad_(False)` after using p replayed with gradients to
+    """A step calling `p.requires_grad_(False)` after using p replayed with gradients to
     p, where eager raises at the next call: the record's checks were taken as the step left them,
     not as the record used them."""
     def run(make):

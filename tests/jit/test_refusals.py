@@ -182,7 +182,7 @@ def test_a_module_hook_registered_after_recording_is_refused():
 # -- writes a replay would not make again ----------------------------------------------------------
 
 def test_textbook_sgd_through_data_is_refused_with_what_to_write_instead():
-    """Issue 22, item 3: `p.data -= lr * p.grad.data` ran only while recording; replays never
+    """`p.data -= lr * p.grad.data` ran only while recording; replays never
     updated the weights."""
     p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
 
@@ -202,7 +202,7 @@ def test_textbook_sgd_through_data_is_refused_with_what_to_write_instead():
     lambda p, g: setattr(g, "data", g.data + 1),  # an intermediate result changed after it was made
 ])
 def test_every_write_to_data_inside_a_jitted_step_is_refused(write):
-    """Issue 22, item 3, as a class: every write to .data inside a recording (a gradient scaled by
+    """As a class: every write to .data inside a recording (a gradient scaled by
     hand, SGD writing a new array, an intermediate changed after it was made) ran only while
     recording; each is refused as it happens."""
     p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
@@ -229,7 +229,7 @@ def test_every_write_to_data_inside_a_jitted_step_is_refused(write):
     lambda p: setattr(p, "grad", None),  # zero_grad by hand
 ])
 def test_writes_that_assign_no_data_are_refused_too(write):
-    """Issue 22, item 3, found by the differential test: writes that assign no .data (`p.data[...] =
+    """Found by the differential test: writes that assign no .data (`p.data[...] =
     v`, `out=` into an array read through .data, `p.grad = None` by hand) ran only while
     recording too."""
     p = tx.Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
@@ -264,7 +264,7 @@ def test_sgd_with_an_optimizer_still_replays_and_data_reads_are_free():
 
 
 def test_an_optimizer_made_inside_is_refused():
-    """Issue 22, item 3's class: eager makes a fresh optimizer (momentum 0) at each call; a replay
+    """Like a write to .data: eager makes a fresh optimizer (momentum 0) at each call; a replay
     kept the recording's."""
     w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
 
@@ -281,7 +281,7 @@ def test_an_optimizer_made_inside_is_refused():
 
 
 def test_an_optimizer_attribute_written_inside_is_refused_and_a_schedule_is_replayed():
-    """Issue 22, item 3's class: `opt.lr *= 0.5` in the step ran only while recording: the replays
+    """Like a write to .data: `opt.lr *= 0.5` in the step ran only while recording: the replays
     kept the second lr."""
     w = tx.Tensor(np.ones(2, np.float32), requires_grad=True)
     opt = tx.optim.SGD([w], lr=0.1)

@@ -361,7 +361,7 @@ def test_an_error_in_a_replay_names_the_op_and_shapes_as_eager_does():
 
 
 def test_a_result_whose_inputs_the_step_then_changed_refuses_backward_at_every_replay_as_eager():
-    """Issue 22: the step returns a loss with its graph, then updates w in place: eager's
+    """The step returns a loss with its graph, then updates w in place: eager's
     loss.backward() refuses (w changed after Mul used it); replays after the first ran it on the
     recording's values and gave w.grad = x, silently."""
     w = tx.Tensor(np.ones(3, np.float32), requires_grad=True)
@@ -385,7 +385,7 @@ def test_a_result_whose_inputs_the_step_then_changed_refuses_backward_at_every_r
 # -- what the record holds -------------------------------------------------------------------------
 
 def test_two_zero_d_comparisons_are_not_mixed_up():
-    """Issue 22, item 2: recorded with x=[1,2], y=[3,4], called with x=[-1,-2]: eager [4, 6], replay
+    """Recorded with x=[1,2], y=[3,4], called with x=[-1,-2]: eager [4, 6], replay
     [2, 2] (both comparisons gave NumPy's one np.True_, and the record told arrays apart by id)."""
     def f(x, y):
         a = x.sum() > 0
@@ -403,7 +403,7 @@ def test_two_zero_d_comparisons_are_not_mixed_up():
 
 
 def test_a_zero_d_comparison_beside_a_python_bool_is_not_mixed_up():
-    """Issue 22, item 2, the same class: a Python True lifted into the graph is NumPy's shared
+    """The same class: a Python True lifted into the graph is NumPy's shared
     np.True_ too, and must not be taken for the comparison's result."""
     def f(x, y):
         a = x.sum() > 0
@@ -420,9 +420,9 @@ def test_a_zero_d_comparison_beside_a_python_bool_is_not_mixed_up():
 
 @pytest.mark.parametrize("passed", ["itself", "detached"])
 def test_a_tensor_from_outside_passed_as_an_argument_too_is_read_from_each_call(passed):
-    """Found by issue 22's differential test: f(b) where f also uses b: the record read b from the
-    argument's slot, so a later call f(other) replayed other + 10 * other instead of b + 10 *
-    other."""
+    """Found by the differential test (test_differential.py): f(b) where f also uses b: the record
+    read b from the argument's slot, so a later call f(other) replayed other + 10 * other instead
+    of b + 10 * other."""
     b = vec(1.0, 2.0)
 
     def f(x, y):

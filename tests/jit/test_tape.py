@@ -74,7 +74,7 @@ def test_an_error_in_a_replay_shows_the_line_of_the_record():
 @pytest.mark.parametrize("names", [("w", "w6", "w"), ("w", "w_1", "w"), ("V", "f", "Sink"),
                                    ("None", "class", "__builtins__"), ("t0", "t0", "t0")])
 def test_tensors_whose_names_collide_are_each_bound_to_themselves(names):
-    """Issue 22, item 5: "w", "w6", "w" gave eager 111 and every replay 201 (the third "w" became
+    """Tensors named "w", "w6", "w" gave eager 111 and every replay 201 (the third "w" became
     "w6")."""
     a, b, c = (vec(v, name=n) for v, n in zip((1.0, 10.0, 100.0), names))
 

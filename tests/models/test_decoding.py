@@ -247,10 +247,11 @@ class BigramModel:
 
 
 def test_beam_search_never_scores_below_greedy_when_junk_ends_early():
-    """Issue 10, defect 4. From BOS: a .45, EOS .35, b .20; then a -> c -> EOS (.99 each) and
-    b -> EOS (.9). With 2 beams, [EOS] and [b, EOS] end by step 2, which used to mark the source
-    done and drop the live [a, c], whose ending scores log(.45·.99·.99)/1.19 = -0.69 against
-    log(.35)/1 = -1.05 for [EOS]: greedy found the better translation."""
+    """Beam search scored below greedy when junk ended early. From BOS: a .45, EOS .35, b .20; then
+    a -> c -> EOS (.99 each) and b -> EOS (.9). With 2 beams, [EOS] and [b, EOS] end by step 2,
+    which used to mark the source done and drop the live [a, c], whose ending scores
+    log(.45·.99·.99)/1.19 = -0.69 against log(.35)/1 = -1.05 for [EOS]: greedy found the better
+    translation."""
     A, B, C = 3, 4, 5
     model = BigramModel({BOS: {A: .45, EOS: .35, B: .20}, A: {C: .99, EOS: .01}, B: {EOS: .9, C: .1},
                          C: {EOS: .99, C: .01}}, vocab=6)

@@ -335,7 +335,7 @@ def hessian_vector_gap(pairs, our_loss, their_loss, seed=5):
                          ids=["post-LN", "pre-LN", "post-LN-tied"])
 def test_transformer_hessian_vector_product_matches_torch(norm_first, tie):
     """Second derivatives through embeddings, padding-masked self- and cross-attention, causal
-    attention, layer norms, the feed-forward layers and cross-entropy (issue 30, item 4)."""
+    attention, layer norms, the feed-forward layers and cross-entropy."""
     model = make_model(norm_first, tie)
     twin = TorchSeq2Seq(model)
     src, tgt_in, tgt_out = padded_batch(np.random.default_rng(1), 4, 7, 6, 11)

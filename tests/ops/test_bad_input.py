@@ -98,8 +98,8 @@ def test_shape_and_argument_errors_name_the_op(device):
 
 
 def test_clear_messages_for_odd_arguments(device):
-    """Issue 10, item 12: `masked_fill(1, ...)`, integer logits in cross_entropy, `swapaxes(0, 5)`
-    and 0-d layer_norm or cross_entropy gave unclear messages."""
+    """`masked_fill(1, ...)`, integer logits in cross_entropy, `swapaxes(0, 5)` and 0-d layer_norm
+    or cross_entropy each get a message naming what was wrong; they gave unclear ones."""
     x = Tensor(np.ones((2, 3)), device=device)
     with pytest.raises(TypeError, match="masked_fill: the mask must be boolean, not int"):
         x.masked_fill(1, 0.0)

@@ -62,7 +62,7 @@ def test_float32_embedding_and_layer_norm_parameters(device):
 
 
 def test_exact_gelu_keeps_float16(torch, device):
-    """Issue 10, item 11: exact GELU on float16 returned float64, and its backward raised."""
+    """Exact GELU on float16 gives float16 and a gradient; it returned float64, and its backward raised."""
     x = Tensor(np.array([-1.5, 0.25, 2.0], dtype=np.float16), device=device, requires_grad=True)
     y = x.gelu()
     assert y.dtype == np.float16
@@ -96,7 +96,7 @@ def test_integer_operands_are_promoted_to_the_float_dtype(device):
 
 
 def test_mixed_dtypes_refused_at_forward(device):
-    """Issue 10, item 12: layer_norm and attention with a float32 input and float64 weights returned
+    """Layer_norm and attention with a float32 input and float64 weights returned
     float64 and then failed in backward, blaming the op; a float32 gradient passed to backward()
     of a float64 tensor was stored as float32. Both are refused at forward, as `linear` does."""
     x32 = Tensor(np.ones((2, 4), dtype=np.float32), device=device, requires_grad=True)

@@ -15,8 +15,8 @@ from ..helpers import leaf, t
     (((0, 0), (1, 1)), [[0, 2], [0, 0]]),
 ])
 def test_tuple_index_picks_and_accumulates_like_numpy(device, index, picked):
-    """Issue 10, item 1 (silently wrong): an index given as a Python tuple was taken as a basic
-    index: `x[(0, 0), :].sum().backward()` gave `[[1, 1], [0, 0]]` where NumPy and PyTorch give
+    """Silently wrong before: an index given as a Python tuple was taken as a basic index:
+    `x[(0, 0), :].sum().backward()` gave `[[1, 1], [0, 0]]` where NumPy and PyTorch give
     `[[2, 2], [0, 0]]`."""
     x = leaf([[1.0, 2.0], [3.0, 4.0]], device)
     y = x[index]
@@ -26,8 +26,8 @@ def test_tuple_index_picks_and_accumulates_like_numpy(device, index, picked):
 
 
 def test_tuple_index_under_create_graph_and_range_check(device):
-    """Issue 10, item 1: the same under create_graph, and the id-range check was skipped on that
-    path."""
+    """A tuple index under create_graph picks and accumulates the same, and is range-checked (the
+    check was skipped on that path)."""
     x = leaf([[1.0, 2.0], [3.0, 4.0]], device)
     (g,) = tx.grad((x[(0, 0), :] ** 2).sum(), [x], create_graph=True)
     np.testing.assert_array_equal(g.numpy(), [[4, 8], [0, 0]])  # d/dx 2·x² = 4x on row 0

@@ -63,7 +63,7 @@ def fast_cases():
             yield from (pytest.param(name, case, id=f"{name}-{case}") for case in CASES[name])
 
 
-def test_the_fused_ops_named_in_the_issue_have_a_fast_backward_and_nothing_else_branches():
+def test_the_fused_ops_have_a_fast_backward_and_nothing_else_branches():
     """LayerNorm, CrossEntropy, Attention and Gelu compute their gradient in place on raw arrays
     from a kernel; no op's own backward branches on create_graph to write it a second time
     (choosing where a saved value comes from, `Softmax.apply(x) if self.creating_graph else self.y`,

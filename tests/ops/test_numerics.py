@@ -78,7 +78,7 @@ def test_where_leaks_nan_and_double_where_does_not(device):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the masked-out branch computes 0 · inf
 def test_power_limits_match_torch(torch, device):
-    """Issue 10, item 11: d/dx x**0 at 0 and d/dy 0**y were NaN (PyTorch: 0)."""
+    """d/dx x**0 at 0 and d/dy 0**y are 0, as PyTorch's; they were NaN."""
     x, y = [0.0, 0.0, 2.0], [0.0, 2.0, 0.0]
     a, b = leaf(x, device), leaf(y, device)
     (a ** b).sum().backward()
@@ -93,8 +93,8 @@ def test_power_limits_match_torch(torch, device):
 
 
 def test_mean_and_var_of_nothing_are_nan(torch, device):
-    """Issue 10, item 11: `zeros(0, 3).mean()` and `.var()` raised a bare ZeroDivisionError
-    (PyTorch: nan)."""
+    """`zeros(0, 3).mean()` and `.var()` are NaN, as PyTorch's; they raised a bare
+    ZeroDivisionError."""
     empty = tx.zeros(0, 3, device=device)
     assert np.isnan(empty.mean().item()) and np.isnan(empty.var().item())
     assert np.isnan(empty.mean(axis=0).numpy()).all()

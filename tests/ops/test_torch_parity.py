@@ -147,7 +147,7 @@ def torch_max(torch, t, axis=None, keepdims=False):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the NaN it compares
 @pytest.mark.parametrize("axis,keepdims", [(None, False), (1, False), (-1, True), ((0, 2), False)], ids=str)
 def test_max_sends_the_gradient_to_the_nan(torch, device, dtype, axis, keepdims):
-    """Issue 32, item 7: with a NaN present the gradient was NaN everywhere (x == max matched
+    """With a NaN present the gradient was NaN everywhere (x == max matched
     nothing, and 1/0 ties); PyTorch's max() sends it to the NaN, split evenly between NaNs."""
     x = n(3, 4, 5)
     x[0, 1, 2] = np.nan  # one NaN
@@ -325,7 +325,7 @@ def test_cross_attention_with_different_lengths(torch, device, dtype):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the overflow of q·k
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_never_weights_a_blocked_key(torch, device, dtype, causal):
-    """Issue 32, item 6: blocked scores were the dtype's most negative finite value, so a row whose
+    """Blocked scores were the dtype's most negative finite value, so a row whose
     kept scores overflowed to -inf (q = 1e20, k = -1e20 in float32) gave the blocked key all the
     weight. A blocked key gets weight 0 whatever the scores; a row whose kept scores are all -inf is
     all zero, with zero gradients, as in PyTorch, and one kept finite score takes all the weight."""
@@ -347,7 +347,7 @@ def test_attention_never_weights_a_blocked_key(torch, device, dtype, causal):
     assert np.all(weights.numpy()[0] == 0)  # no finite kept score: no weight anywhere
 
 
-# -- edges: NaN, ±0, ±inf and the far tails (issue 22, items 6 and 8) -----------------------
+# -- edges: NaN, ±0, ±inf and the far tails --------------------------------------------------
 
 EDGES = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1e-30, -1e-30, 90.0, -90.0, 1e30, -1e30])
 EDGE_OPS = {
@@ -406,7 +406,7 @@ def test_cross_entropy_with_every_target_ignored_is_nan(torch, device, dtype):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy notes the inf, NaN it makes
 def test_layer_norm_of_a_row_whose_variance_overflows_is_nan(torch, device, dtype):
-    """PyTorch gives NaN for [1e308, -1e308], the issue's case, but zeros for [9e307, -9e307] (which
+    """PyTorch gives NaN for [1e308, -1e308] but zeros for [9e307, -9e307] (which
     path overflows differs); we give NaN whenever the variance overflows: the true answer, [1, -1],
     is out of reach, and a row of zeros would pass for a constant row."""
     rows = np.array([[1e308, -1e308], [1.0, 2.0]]) if dtype == "float64" else np.array([[3e38, -3e38], [1.0, 2.0]])
@@ -415,7 +415,7 @@ def test_layer_norm_of_a_row_whose_variance_overflows_is_nan(torch, device, dtyp
     assert np.isnan(F.layer_norm(half_max).numpy()).all()
 
 
-# -- float16 reductions accumulate in float32, as PyTorch's (issue 22, item 7) ----------------
+# -- float16 reductions accumulate in float32, as PyTorch's -----------------------------------
 # The oracle is PyTorch in float64 on the same float16 values; ours may be off by the rounding
 # of its float16 result and inputs (about 1e-3 relative).
 
@@ -488,7 +488,7 @@ def test_float16_sums_along_a_strided_axis(torch, device):
     compare_half(torch, device, lambda x, b: x + b, lambda x, b: x + b, ones, np.zeros(3))
 
 
-# -- a zero-size axis anywhere (issue 32, item 12) ----------------------------------------------
+# -- a zero-size axis anywhere -------------------------------------------------------------------
 # Fused ops and reductions on an empty axis give empty results (or PyTorch's value: the sum of
 # nothing is 0, its mean NaN) and gradients of the inputs' shapes, as PyTorch; first and second
 # derivatives alike. They raised: NumPy's max has no value for an empty axis, and
@@ -556,8 +556,8 @@ ZERO_SIZE = zero_size_cases()
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the mean of nothing: NumPy notes its 0/0
 @pytest.mark.parametrize("case", ZERO_SIZE)
 def test_a_zero_size_axis_gives_empty_results_and_gradients(torch, device, dtype, case):
-    """Issue 32, item 12: softmax, log_softmax and layer_norm on a (2, 0) input, and attention with
-    T=0, raised; they give empty results and empty gradients, as PyTorch."""
+    """Softmax, log_softmax and layer_norm on a (2, 0) input, and attention with T=0, raised; they
+    give empty results and empty gradients, as PyTorch."""
     ours, theirs, arrays = ZERO_SIZE[case]
     compare(torch, device, dtype, ours, functools.partial(theirs, torch), *arrays)
     xs = [Tensor(a.astype(dtype) if a.dtype.kind == "f" else a, device=device, requires_grad=a.dtype.kind == "f")

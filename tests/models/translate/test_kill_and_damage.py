@@ -29,9 +29,9 @@ import pytest
 import tinygrad_tx as tx
 from models.translate import cli
 
-from ..faults import StandInDisk, fill, remount, tmpfs
+from ...faults import StandInDisk, fill, remount, tmpfs
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = ["--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1", "--d-ff", "8", "--batch-size", "8"]
 
@@ -268,9 +268,9 @@ def whole_run(tmp_path_factory) -> tuple[Path, list[str], list[Path]]:
 
 def test_a_full_disk_at_any_write_of_train_costs_only_the_steps_since_the_last_checkpoint(capsys, tmp_path,
                                                                                          monkeypatch, whole_run):
-    """Issue 58, item 7: a full disk left best.npz written and last.npz not (no --resume), with a
+    """A full disk left best.npz written and last.npz not (no --resume), with a
     raw OSError 28. The stand-in disk fills at a write chosen in turn: the first of each file
-    and a few at random, among them the first checkpoints (where the issue found it)."""
+    and a few at random, among them the first checkpoints (where the defect was found)."""
     whole, settings, opened = whole_run
     names = [target(path) for path in opened]
     rng = np.random.default_rng(3)
@@ -356,8 +356,8 @@ def remount_while(process: subprocess.Popen, directory: Path, options: str) -> N
 
 @pytest.mark.parametrize("disk", ["tmpfs", "stand-in"])
 def test_a_picture_on_a_full_disk_is_one_line_and_no_file(capsys, tmp_path, monkeypatch, whole_run, disk):
-    """Issue 58, item 7: `translate --attention` on a full disk printed the translation, then left a
-    0-byte PNG and a traceback."""
+    """`translate --attention` on a full disk is one line and no file; it printed the translation,
+    then left a 0-byte PNG and a traceback."""
     whole, _, _ = whole_run
     if disk == "tmpfs":
         with tmpfs(tmp_path / "disk", "1m") as directory:
@@ -381,7 +381,7 @@ def check_picture_on_full_disk(capsys, run_dir: Path, picture: Path) -> None:
 
 
 def test_out_through_a_symbolic_link_loop_is_one_line(capsys, tmp_path, whole_run):
-    """Issue 58, item 7: `--out` through a symlink loop was a FileExistsError traceback."""
+    """`--out` through a symlink loop is one line; it was a FileExistsError traceback."""
     _, settings, _ = whole_run
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     code, err = train_in_process(capsys, tmp_path / "loop", settings, resume=False)

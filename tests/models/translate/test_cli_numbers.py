@@ -1,4 +1,4 @@
-"""Every number the program reads is checked once, where it is read (issue 58, items 2, 9 and 12):
+"""Every number the program reads is checked once, where it is read:
 a flag of any command, a setting or the decoding of a run's run.json. NaN, infinity, a number too
 large to be meant, a negative one, zero where it means nothing, a wrong type: one line naming it,
 exit status 2, nothing started, nothing changed.
@@ -155,8 +155,8 @@ def test_a_run_json_number_that_is_not_one_is_one_line(capsys, trained, monkeypa
 
 @pytest.mark.parametrize("members", [1000, 3])
 def test_run_json_members_start_no_more_processes_than_cores(capsys, trained, monkeypatch, members):
-    """Issue 58, item 9: run.json members 1000 and `train --resume` ran `mpiexec -n 1000`; the
-    processes are bounded before any is started, by the cores (2 here, whatever the machine)."""
+    """run.json members 1000 and `train --resume` ran `mpiexec -n 1000`; now the processes are
+    bounded before any is started, by the cores (2 here, whatever the machine)."""
     monkeypatch.setattr(cli, "cores", lambda: 2)
     code, err = resumed_with(capsys, trained, monkeypatch, "members", members)
     assert_one_line_error(code, err, "members", str(members))
@@ -180,7 +180,7 @@ def test_a_members_flag_starts_no_more_processes_than_cores(capsys, monkeypatch,
     (17, 1.0, ["decoding.beam", "17"]), (True, 1.0, ["decoding.beam"]), (6, "1", ["decoding.length_penalty"])])
 def test_a_damaged_decoding_is_refused_by_evaluate_translate_and_explore(capsys, trained, tmp_path, beam, penalty,
                                                                           words):
-    """Issue 58, items 2 and 12: run.json's decoding NaN scored 0% with exit status 0, and
+    """run.json's decoding NaN scored 0% with exit status 0, and
     `explore --html` wrote its page anyway; a beam of 10^7 ran out of memory; explore refused beams
     above 16 that evaluate and translate took. One range for all three, and nothing written."""
     copy = tmp_path / "run"

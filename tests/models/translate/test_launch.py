@@ -18,7 +18,7 @@ from models.translate import cli, launch
 from models.translate.run import claim
 from models.translate.settings import settings_for
 
-from ..distributed.helpers import REPO, needs_mpi
+from ...distributed.helpers import REPO, needs_mpi
 from .test_cli import run_cli
 from .test_corpus_cli import write_anki
 from .test_ranks import TINY

@@ -24,7 +24,7 @@ from models.translate.corpus import read_corpus
 from models.translate.run import RunError, open_run
 from models.translate.settings import settings_for
 
-from ..distributed.helpers import MPIEXEC, REPO, mpiexec, needs_mpi
+from ...distributed.helpers import MPIEXEC, REPO, mpiexec, needs_mpi
 from .test_cli import run_cli
 from .test_corpus_cli import write_anki
 from .test_ranks import TINY, assert_same_weights, train

@@ -20,7 +20,7 @@ from .test_cli_errors import assert_one_line_error, run
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "8", "--n-train", "60", "--n-held-out", "10", "--batch-size", "8"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def snapshot(directory: Path) -> dict:
@@ -34,7 +34,7 @@ def trained(tmp_path_factory) -> Path:
     return out
 
 
-# -- one `train` per run directory (issue 22, item 9) ----------------------------------------
+# -- one `train` per run directory ---------------------------------------------------------
 
 def hold_lock(directory: Path) -> subprocess.Popen:
     """Another process that holds the run directory as a running `train` does."""
@@ -49,7 +49,7 @@ def hold_lock(directory: Path) -> subprocess.Popen:
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_second_train_into_a_busy_directory_refuses_at_once_and_writes_nothing(capsys, tmp_path, trained,
                                                                                resume):
-    """Issue 22, item 9: two `train` runs into one --out at once both exited 0, interleaved
+    """Two `train` runs into one --out at once both exited 0, interleaved
     metrics.jsonl, overwrote each other's checkpoints and reported each other's test scores. The
     second refuses at once, before writing anything."""
     import shutil
@@ -72,7 +72,7 @@ def test_a_second_train_into_a_busy_directory_refuses_at_once_and_writes_nothing
 
 
 def test_a_killed_runs_lock_never_blocks_the_next_run(capsys, tmp_path):
-    """Issue 22, item 9: kill -9 ends the holder: the kernel drops its flock, so the next train goes ahead."""
+    """kill -9 ends the holder: the kernel drops its flock, so the next train goes ahead."""
     out = tmp_path / "run"
     other = hold_lock(out)
     os.kill(other.pid, signal.SIGKILL)
@@ -86,7 +86,7 @@ def test_a_killed_runs_lock_never_blocks_the_next_run(capsys, tmp_path):
 
 
 def test_one_process_cannot_take_a_directory_twice(tmp_path):
-    """Issue 22, item 9, within one process: the claim on a directory is held until closed."""
+    """Within one process too, the claim on a directory is held until closed."""
     lock = claim(tmp_path / "run")
     try:
         with pytest.raises(RuntimeError, match="another `train`"):
@@ -96,11 +96,12 @@ def test_one_process_cannot_take_a_directory_twice(tmp_path):
     claim(tmp_path / "run").close()  # free again once closed
 
 
-# -- temporaries a killed save left behind (issue 22, item 14) ---------------------------------
+# -- temporaries a killed save left behind -----------------------------------------------------
 
 @pytest.mark.parametrize("resume", [False, True])
 def test_temporaries_a_killed_save_left_are_deleted_on_the_next_start(capsys, tmp_path, trained, resume):
-    """Issue 22, item 14: after kill -9 during a save, 50-64 MB *.tmp files stayed behind for ever."""
+    """After kill -9 during a save, 50-64 MB *.tmp files stayed behind for ever; the next start
+    deletes them."""
     import shutil
 
     out = tmp_path / "run"
@@ -121,7 +122,7 @@ def test_temporaries_a_killed_save_left_are_deleted_on_the_next_start(capsys, tm
 # -- a run directory from elsewhere: run.json asking for a model its checkpoint does not hold ----
 
 def test_resume_checks_run_json_against_the_checkpoint_before_building(capsys, tmp_path, trained, monkeypatch):
-    """Issue 22, item 13, on resume: a run.json whose settings asked for d_model 65536 built the
+    """On resume, a run.json whose settings asked for d_model 65536 built the
     model (16 GiB) before any weight shape was checked."""
     import json
     import shutil

@@ -1,6 +1,6 @@
-"""Regression tests for the command-line defects a hostile test found (issue 10, numbers in
-brackets): every bad argument or damaged file is one line on stderr and exit status 2, nothing
-a user owns is overwritten, and nothing is written before every argument has been checked.
+"""Regression tests for the command-line defects a hostile test found: every bad argument or
+damaged file is one line on stderr and exit status 2, nothing a user owns is overwritten, and
+nothing is written before every argument has been checked.
 
 The commands run in this process (`cli.main`), which is much faster than a subprocess each.
 """
@@ -24,7 +24,7 @@ from models.translate.training import Trainer
 TINY = ["--steps", "4", "--eval-every", "2", "--d-model", "8", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "8", "--n-train", "60", "--batch-size", "8"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run(capsys, *args: str, stdin: str | bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
@@ -66,7 +66,7 @@ def copy_of(trained, tmp_path):
     return make
 
 
-# -- [8] every argument is checked up front; [2] nothing is written before -------------------
+# -- every argument is checked up front; nothing is written before -------------------------
 
 @pytest.mark.parametrize("extra, words", [
     (["--num-heads", "0"], ["--num-heads", "from 1"]),
@@ -108,7 +108,7 @@ def test_beam_zero_is_refused(capsys, trained, command):
     assert_one_line_error(*run(capsys, command, *args)[::2], "--beam")
 
 
-# -- [2] a directory that is not empty and not a run directory is never written into ----------
+# -- a directory that is not empty and not a run directory is never written into --------------
 
 @pytest.mark.parametrize("name", ["run.json", "test.tsv", "notes.txt"])
 def test_train_refuses_a_directory_holding_a_users_files(capsys, tmp_path, name):
@@ -129,7 +129,7 @@ def test_train_may_restart_its_own_run_directory_without_checkpoint(capsys, copy
     assert (run_dir / "last.npz").exists()
 
 
-# -- [5] resume keeps the run's data, or refuses ---------------------------------------------
+# -- resume keeps the run's data, or refuses -------------------------------------------------
 
 def test_resume_with_another_task_is_refused(capsys, copy_of):
     run_dir = copy_of()
@@ -175,7 +175,7 @@ def test_resume_reads_vocabulary_and_held_out_pairs_from_the_run(capsys, trained
     assert_one_line_error(code, err, "test.tsv", "edited")
 
 
-# -- [9] damaged run directories: one line naming the file ------------------------------------
+# -- damaged run directories: one line naming the file ----------------------------------------
 
 @pytest.mark.parametrize("name, content, words", [
     ("run.json", "{}", ["run.json", "'settings'"]),
@@ -221,7 +221,7 @@ def test_a_damaged_metrics_log_never_blocks_a_resume(capsys, copy_of, damage):
     assert steps and max(steps) == 6
 
 
-# -- [6] translate cleans its input as training cleaned the pairs ------------------------------
+# -- translate cleans its input as training cleaned the pairs ----------------------------------
 
 def test_translate_strips_like_training_and_keeps_empty_lines(capsys, monkeypatch, trained):
     code, plain, err = run(capsys, "translate", "--run", str(trained), "abc", "hgf")
@@ -235,7 +235,7 @@ def test_translate_strips_like_training_and_keeps_empty_lines(capsys, monkeypatc
     assert code == 0 and out == "\n", err
 
 
-# -- issue 32 [3]: a line of standard input is a line of a corpus file --------------------------
+# -- a line of standard input is a line of a corpus file ---------------------------------------
 
 @pytest.mark.parametrize("inside", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"],
                          ids=["VT", "FF", "FS", "GS", "RS", "NEL", "LS", "PS", "lone-CR"])
@@ -253,7 +253,7 @@ def test_translate_gives_one_output_line_per_input_line(capsys, monkeypatch, tra
     assert [s for s, _ in read_corpus(corpus).pairs] == ["abc def", "ghi"]
 
 
-# -- [7] overly long pairs are left out, with a count ------------------------------------------
+# -- overly long pairs are left out, with a count ----------------------------------------------
 
 def test_overly_long_training_pairs_are_left_out(capsys, tmp_path):
     corpus = tmp_path / "pairs.tsv"
@@ -266,7 +266,7 @@ def test_overly_long_training_pairs_are_left_out(capsys, tmp_path):
     assert tx.load(tmp_path / "run" / "last.npz")["config"]["max_len"] <= 2 * 20 + 16
 
 
-# -- [15] every file of a run directory honours the umask -------------------------------------
+# -- every file of a run directory honours the umask ------------------------------------------
 
 def test_run_files_honour_the_umask(tmp_path):
     previous = os.umask(0o027)
@@ -311,13 +311,13 @@ def test_a_checkpoint_of_an_unknown_model_is_one_line(capsys, copy_of):
     assert_one_line_error(code, err, "best.npz", "Klingon")
 
 
-# -- issue 22 [14]: translate --attention checks its argument before it translates ---------------
+# -- translate --attention checks its argument before it translates ----------------------------
 
 @pytest.mark.parametrize("name, words", [("attention.xyz", ["attention.xyz", ".png"]),
                                          ("picture", ["picture", ".png"]),
                                          ("", ["is a directory"])])
 def test_translate_refuses_a_bad_picture_name_before_printing_anything(capsys, tmp_path, trained, name, words):
-    """Issue 22, item 14: `translate --attention FILE` printed the translation, then failed with
+    """`translate --attention FILE` printed the translation, then failed with
     exit 2; the picture's name is checked first."""
     pytest.importorskip("matplotlib")
     target = tmp_path / name if name else tmp_path

@@ -19,7 +19,7 @@ from models.translate.training import Trainer
 TINY = ["--steps", "40", "--eval-every", "20", "--d-model", "16", "--num-heads", "2",
         "--num-encoder-layers", "1", "--num-decoder-layers", "1",
         "--d-ff", "32", "--n-train", "300", "--batch-size", "16"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

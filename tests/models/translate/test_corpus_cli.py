@@ -75,7 +75,7 @@ def test_evaluate_counts_sources_and_references(corpus_run):
     outputs = run_cli("translate", "--run", str(out), stdin="\n".join(s for s, _ in sources) + "\n")
     hypotheses = outputs.stdout.splitlines()
     streams = [[refs[k] if k < len(refs) else None for _, refs in sources] for k in range(2)]
-    # --json rounds to 1e-4 of a point (issue 60, item 8)
+    # --json rounds to 1e-4 of a point, as people write scores
     assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, streams).score, abs=5e-5)
     text = run_cli("evaluate", "--run", str(out)).stdout
     beam = json.loads((out / "run.json").read_text())["decoding"]["beam"]  # chosen on the validation set
@@ -259,7 +259,7 @@ def test_evaluate_and_translate_decode_as_the_run_chose_unless_told(corpus_run, 
     assert done.returncode == 2 and "run.json is damaged: decoding.beam" in done.stderr
 
 
-# -- issue 58, item 11: `corpus` on what has nothing to describe ------------------------------------
+# -- `corpus` on what has nothing to describe ------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
 @pytest.mark.parametrize("empty", ["source", "target"])

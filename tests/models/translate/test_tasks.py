@@ -373,11 +373,11 @@ def test_dates_probe_is_every_format_of_fifty_dates_with_edges():
         tasks.probe_pairs("copy")
 
 
-# --- a tiny --n-train (issue 22, item 14) ----------------------------------------------
+# --- a tiny --n-train ----------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(TASKS))
 def test_a_task_holds_out_as_many_as_asked_whatever_n_train(name):
-    """Issue 22, item 14: `--n-train 1` said "999 rarely drawn sources ... 1000 requested"; a task
+    """`--n-train 1` said "999 rarely drawn sources ... 1000 requested"; a task
     draws a larger pool to hold out from."""
     splits = TASKS[name].make_splits(0, 1, 500, 500)
     assert [len(splits[s]) for s in ("train", "valid", "test")] == [1, 500, 500]
@@ -386,6 +386,6 @@ def test_a_task_holds_out_as_many_as_asked_whatever_n_train(name):
 
 
 def test_n_train_1_trains(capsys, tmp_path):
-    """Issue 22, item 14, end to end: `train --n-train 1` trains."""
+    """The same end to end: `train --n-train 1` trains."""
     code, _, err = run(capsys, "train", "--task", "reverse", "--out", str(tmp_path / "r"), *TINY, "--n-train", "1")
     assert code == 0, err

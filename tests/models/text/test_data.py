@@ -54,7 +54,7 @@ def test_vocab_rejects_missing_specials():
 
 @pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
 def test_a_special_tokens_text_is_text_for_every_tokenizer(kind):
-    """Issue 58, item 4: with the word tokenizer, a corpus's literal `<eos>` became the end id (the
+    """With the word tokenizer, a corpus's literal `<eos>` became the end id (the
     model learned to stop there), a source's `<pad>` was masked out, and `<pad> <pad> <pad>`
     translated as `<unk>`. A special id comes only from the program: no text, whatever its
     characters, encodes to one, and every text comes back as it went in."""

@@ -2,9 +2,9 @@
 two ranks train as one process does and resume with either, Ctrl-C stops every rank at one
 step, and the ranks agree on everything or all stop with one line.
 
-Issue 22, item 10: the ranks must agree on the corpus, the settings and the vocabularies, or
+The ranks must agree on the corpus, the settings and the vocabularies, or
 every rank stops with one line (rank 0's), exit status 2, no MPI abort, and nothing written.
-Issue 32, item 11: they agree before the first collective that depends on it (a rank told
+They agree before the first collective that depends on it (a rank told
 --resume alone read last.npz, and both hung ten minutes): the jobs here get a 30 s collective
 deadline, and none may reach it. Each rank is given its own arguments or working directory
 with mpiexec's `A : B` form."""
@@ -21,7 +21,7 @@ import numpy as np
 
 import tinygrad_tx as tx
 
-from ..distributed.helpers import MPIEXEC, RANKS, REPO, mpiexec, needs_mpi
+from ...distributed.helpers import MPIEXEC, RANKS, REPO, mpiexec, needs_mpi
 
 
 # -- two ranks train as one process does -------------------------------------------------------

@@ -139,12 +139,13 @@ def wrong_otherwise(n: int, how: str) -> list[str]:
 
 @pytest.mark.parametrize("metric", ["bleu", "exact_match"])
 def test_identical_results_have_p_1(metric):
-    """Issue 58, item 10: "beam 6 α 1.5 98.6, p 0.001" beside a 98.6 choice. Two tries with the same
-    results from different outputs differ by 0, and a difference of at least 0 is certain: p = 1,
-    by hand. Exact match: the same sentences right, the wrong ones wrong in other words (every
-    resample's difference is 0, which the test's strict count made 1/1001). BLEU: 100 right and
-    100 wrong against the other 100 right and 100 wrong, each sentence's n-gram counts the same
-    whichever it is, so the corpus BLEU is the very same number."""
+    """Identical results were reported as a significant difference: "beam 6 α 1.5 98.6, p 0.001"
+    beside a 98.6 choice. Two tries with the same results from different outputs differ by 0, and
+    a difference of at least 0 is certain: p = 1, by hand. Exact match: the same sentences right,
+    the wrong ones wrong in other words (every resample's difference is 0, which the test's strict
+    count made 1/1001). BLEU: 100 right and 100 wrong against the other 100 right and 100 wrong,
+    each sentence's n-gram counts the same whichever it is, so the corpus BLEU is the very same
+    number."""
     assert tuning.chance(wrong_otherwise(150, "one wrong way"), wrong_otherwise(150, "another wrong way"),
                          REFERENCES, metric, WORD) == 1.0
     swapped = [refs[0] if i >= 100 else f"nothing at all here {i}" for i, refs in enumerate(REFERENCES)]

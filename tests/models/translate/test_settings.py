@@ -1,5 +1,4 @@
-"""`train`'s settings reach the model and the optimizer under one set of names, each value given once
-(issue 30, item 7)."""
+"""`train`'s settings reach the model and the optimizer under one set of names, each value given once."""
 from __future__ import annotations
 
 import json

@@ -6,7 +6,7 @@ from models.translate.evaluation import translate
 from models.translate.run import open_run
 from models.translate.tuning import choose_decoding
 
-from ..distributed.helpers import mpiexec, needs_mpi
+from ...distributed.helpers import mpiexec, needs_mpi
 from .test_cli import TINY, run_cli
 from .test_corpus_cli import write_anki
 

@@ -148,10 +148,10 @@ def test_describe_counts_what_a_user_checks(tmp_path):
     assert "duplicate pairs: 1; empty side: 1; identical sides: 1" in report
 
 
-# --- CR-only line endings (issue 22, item 14) -------------------------------------------
+# --- CR-only line endings ---------------------------------------------------------------
 
 def test_a_corpus_with_cr_endings_is_read_line_by_line(tmp_path):
-    """Issue 22, item 14: a file with CR-only line endings was read as one line of 201 columns."""
+    """A file with CR-only line endings was read as one line of 201 columns; it is read line by line."""
     pairs = [("Run!", "Cours !"), ("Who?", "Qui ?"), ("Wow!", "Ça alors !")]
     for ending in ("\r", "\r\n", "\n"):
         path = tmp_path / "pairs.tsv"

@@ -1,4 +1,4 @@
-"""What the command line says (issue 33, a newcomer's first hour): its help, the line `train` starts
+"""What the command line says to a newcomer in the first hour: its help, the line `train` starts
 with, its log when written to a file, and reports that show misses and say when BLEU means nothing.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from models.text.tokenization import Tokenizer
 from .test_cli_errors import REPO, TINY, assert_one_line_error, run
 
 
-# -- the device and the threads are said, and the variable is honoured (item 3) ----------------
+# -- the device and the threads are said, and the variable is honoured -------------------------
 
 def test_the_first_line_names_device_threads_processes_and_the_run(capsys, tmp_path):
     import tinygrad_tx as tx
@@ -65,7 +65,7 @@ def test_cuda_from_the_variable_is_never_a_silent_cpu(capsys, monkeypatch, tmp_p
     assert not out.exists()
 
 
-# -- the help (item 5) ---------------------------------------------------------------------------
+# -- the help ------------------------------------------------------------------------------------
 
 def test_the_top_level_help_has_an_example_of_every_command():
     parser = cli.parser()
@@ -108,7 +108,7 @@ def test_a_short_run_is_a_share_of_an_epoch_never_about_0_epochs(fraction, text)
     assert cli.epochs(fraction) == text
 
 
-# -- the log written to a file (item 6) ------------------------------------------------------------
+# -- the log written to a file ---------------------------------------------------------------------
 
 def test_a_log_file_gets_plain_lines_and_each_validation_once(tmp_path):
     log = tmp_path / "train.log"
@@ -128,7 +128,7 @@ def test_a_log_file_gets_plain_lines_and_each_validation_once(tmp_path):
     assert sum("(reference " in line for line in lines[:validations[-1] + 4]) == 6
 
 
-# -- evaluate shows misses as well as hits (item 6) ------------------------------------------------
+# -- evaluate shows misses as well as hits ---------------------------------------------------------
 
 def test_evaluate_shows_the_misses_as_well_as_the_right_ones(capsys, monkeypatch, tmp_path):
     out = tmp_path / "run"
@@ -146,7 +146,7 @@ def test_evaluate_shows_the_misses_as_well_as_the_right_ones(capsys, monkeypatch
     assert "  ✗ 'b' -> 'x'  (reference 'B')" in report and "  ✗ 'd' -> 'y'  (reference 'D')" in report
 
 
-# -- BLEU on sentences too short for it (item 7) --------------------------------------------------
+# -- BLEU on sentences too short for it -----------------------------------------------------------
 
 def test_bleu_on_three_word_sentences_says_why_it_is_zero_and_leads_with_what_means_something():
     import sacrebleu
@@ -181,7 +181,7 @@ def test_a_corpus_of_short_sentences_keeps_its_best_model_by_chrf(capsys, tmp_pa
     assert float(tx.load(out / "last.npz")["best"]) == pytest.approx(max(chrf))
 
 
-# -- issue 60: what train chose (item 7), help that shows how (item 5), scores as people write them (8)
+# -- what train chose, help that shows how, scores as people write them ---------------------------
 
 def test_train_says_in_one_line_what_the_task_or_the_corpus_chose(capsys, tmp_path):
     """The width, layers, heads, dropout, learning rate and weight decay a task or a corpus chose
