@@ -156,3 +156,36 @@ def test_a_signal_to_train_stops_the_ranks_it_started(tmp_path, stop, how):
     if how == "--members":
         assert int(tx.load(out / "members" / "2" / "last.npz")["step"]) == step
     claim(out).close()  # nothing holds the run directory: --resume may take it
+
+
+# -- the number of processes is bounded before any is started --------------------------------------
+
+@pytest.mark.parametrize("members", [1000, "cores + 1"])
+def test_a_run_asking_for_more_processes_than_cores_starts_none(tmp_path, members):
+    """Real processes: a run's run.json said `members: 1000`, and `train --out D --resume` ran
+    `mpiexec -n 1000` before checking anything, loading a 2-core machine to ~300. Now the settings
+    read back are checked as the flags are (1000 is out of range) and the processes are bounded by
+    the cores this process may use (cores + 1 is in range, but more than the machine has): one
+    line, exit status 2, no mpiexec started, the run directory untouched."""
+    cores = len(os.sched_getaffinity(0))
+    wanted = 1000 if members == 1000 else cores + 1
+    if members != 1000 and wanted > 64:
+        pytest.skip("more than 64 cores: cores + 1 is refused by the range alone")
+    out = tmp_path / "run"
+    done = run_cli("train", "--out", str(out), *TINY, "--steps", "2")
+    assert done.returncode == 0, done.stderr
+    run_json = json.loads((out / "run.json").read_text())
+    run_json["settings"]["members"] = wanted
+    (out / "run.json").write_text(json.dumps(run_json))
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    fake = tmp_path / "bin"  # an mpiexec first on PATH that leaves a mark if it is ever started
+    fake.mkdir()
+    (fake / "mpiexec").write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\n")
+    (fake / "mpiexec").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    resumed = subprocess.run([sys.executable, "-m", "models", "train", "--out", str(out), "--resume"],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert resumed.returncode == 2 and len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr
+    assert "members" in resumed.stderr and str(wanted) in resumed.stderr and "Traceback" not in resumed.stderr
+    assert not (tmp_path / "started").exists()
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
