@@ -12,7 +12,7 @@ import tinygrad_tx as tx
 import tinygrad_tx.functional as F
 from tinygrad_tx.inspect.explorer import StepRecord, step
 from tinygrad_tx.inspect.explorer import strict_json
-from tinygrad_tx.inspect.explorer.arrays import BLOCK, HEAT_SIDE, heat, summary
+from tinygrad_tx.inspect.explorer.arrays import BLOCK, HEAT_SIDE, heat, norm, summary
 
 
 def exact(a: np.ndarray) -> dict:
@@ -42,6 +42,7 @@ def test_statistics_are_exact(a):
     assert (shown["min"], shown["max"]) == (truth["min"], truth["max"])
     for key in ("mean", "std", "norm"):
         assert shown[key] == pytest.approx(truth[key], rel=1e-12, abs=1e-300), key
+    assert norm(a) == shown["norm"]  # the update view's norms are the same sums
 
 
 def test_statistics_count_nan_and_inf_apart():

@@ -37,15 +37,26 @@ def summary(a: np.ndarray) -> dict:
             return stats
         low, high = values.min(), values.max()
     mean = values.sum(dtype=np.float64) / values.size
-    squares = centred = 0.0  # sums of x² and (x − mean)²: two passes, so that std keeps its digits
+    squares, centred = _squares(values, mean)  # a second pass about the mean, so that std keeps its digits
+    stats.update(min=float(low), max=float(high), mean=float(mean), std=float(np.sqrt(centred / values.size)),
+                 norm=float(np.sqrt(squares)))
+    return stats
+
+
+def norm(a: np.ndarray) -> float:
+    """The L2 norm of `a` (summed in float64, as `summary`'s)."""
+    return float(np.sqrt(_squares(np.asarray(a).reshape(-1), 0.0)[0]))
+
+
+def _squares(values: np.ndarray, mean: float) -> tuple[float, float]:
+    """The sums of x² and of (x − mean)² over `values` (n,), in float64 a block at a time."""
+    squares = centred = 0.0
     for start in range(0, values.size, BLOCK):
         block = values[start:start + BLOCK].astype(np.float64)
         squares += block @ block
         block -= mean
         centred += block @ block
-    stats.update(min=float(low), max=float(high), mean=float(mean), std=float(np.sqrt(centred / values.size)),
-                 norm=float(np.sqrt(squares)))
-    return stats
+    return squares, centred
 
 
 def heat(a: np.ndarray, row_labels: list[str] | None = None, col_labels: list[str] | None = None) -> dict:
