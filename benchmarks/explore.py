@@ -7,7 +7,8 @@ Measured in headless Chromium (Playwright), as a user meets them:
   walkthrough's step graph (the toy graph), for a run's page, and for the M config's
   training step (thousands of ops, drawn with its modules folded, as the page starts);
 - a backward step, by module and by op: from the key press to the step's panel (with its
-  heat-maps) drawn; and a run's walk's last two steps, the optimizer's (the clip, the update);
+  heat-maps) drawn and painted; and a run's walk's last two steps, the optimizer's (the clip,
+  the update);
 - translation: a 10-word sentence with beam 4, the server's time and the page's.
 Without --run, a tiny `grammar` run is trained first (its sentences are words). The M
 config is measured twice: its step graph on a batch of 32 × 64 tokens (a (32, 64, 8000)
@@ -62,9 +63,15 @@ def page_ready(browser, url: str, repeat: int = 3) -> float:
     return statistics.median(times)
 
 
+def painted(page) -> None:
+    """Wait until the page has painted a frame with what is in it now (two animation frames: the
+    next one starts after this one is painted)."""
+    page.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
 def backward_steps(browser, url: str, level: str, steps: int = 10) -> float:
-    """Median seconds from the key press to the step's panel drawn with its heat-maps, walking by
-    `level` ("module" or "op")."""
+    """Median seconds from the key press to the step's panel drawn with its heat-maps and painted,
+    walking by `level` ("module" or "op"); each press waits for the last step's paint."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(url)
     page.wait_for_selector("body[data-ready]")
@@ -72,31 +79,37 @@ def backward_steps(browser, url: str, level: str, steps: int = 10) -> float:
     heading = "module step" if level == "module" else "backward step"
     times = []
     for n in range(1, steps + 1):
+        painted(page)
         started = time.perf_counter()
         page.keyboard.press("ArrowRight")
         page.wait_for_selector(f"#panel h2:text-matches('^{heading} {n}[: ]')")
         page.wait_for_selector("#panel svg.heat")
+        painted(page)
         times.append(time.perf_counter() - started)
     page.close()
     return statistics.median(times)
 
 
-def update_steps(browser, url: str, last: int) -> list[float]:
-    """Seconds from the key press to each of the walk's two optimizer steps drawn (the clip, then the
-    update), walking on from module step `last`, the last of backward."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(url)
-    page.wait_for_selector("body[data-ready]")
-    page.evaluate(f"TX.walk.stepTo({last})")
-    page.wait_for_selector(f"#panel h2:text-matches('^module step {last} of')")
+def update_steps(browser, url: str, last: int, repeat: int = 5) -> list[float]:
+    """Median seconds from the key press to each of the walk's two optimizer steps drawn and painted
+    (the clip, then the update), walking on from module step `last`, the last of backward (a fresh
+    tab each time)."""
     times = []
-    for n in (last + 1, last + 2):
-        started = time.perf_counter()
-        page.keyboard.press("ArrowRight")
-        page.wait_for_selector(f"#panel h2:text-matches('^step {n}: ')")
-        times.append(time.perf_counter() - started)
-    page.close()
-    return times
+    for _ in range(repeat):
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(url)
+        page.wait_for_selector("body[data-ready]")
+        page.evaluate(f"TX.walk.stepTo({last})")
+        page.wait_for_selector(f"#panel h2:text-matches('^module step {last} of')")
+        for n in (last + 1, last + 2):
+            painted(page)
+            started = time.perf_counter()
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector(f"#panel h2:text-matches('^step {n}: ')")
+            painted(page)
+            times.append(time.perf_counter() - started)
+        page.close()
+    return [statistics.median(times[0::2]), statistics.median(times[1::2])]
 
 
 def run_page(browser, explorer: Explorer, steps: int = 10) -> str:
