@@ -61,6 +61,7 @@ def open_explorer(directory: str | Path, device: str = "cpu") -> Explorer:
     A run with no checkpoint yet is served at once."""
     views = RunViews(read_run_files(Path(directory)), device)
     views._decoding()  # a damaged decoding (a beam out of range, NaN) is refused here, as evaluate refuses it
+    views.prepare()
     return Explorer(get={**step_endpoints(views.record), "/api/info": views.info, "/api/metrics": views.metrics,
                          "/api/checkpoint_attention": views.checkpoint_attention, "/api/tour": views.tour,
                          "/api/update": views.update, "/api/update_param": views.update_param,
@@ -106,6 +107,16 @@ class RunViews(UpdateViews):
                 "views": ["graph", "update", "translate", "training", "compiled"],
                 "example": self.files.valid[0][0], "beam": self._decoding()[0], "max_beam": MAX_BEAM,
                 "live": True, "tour": True}
+
+    def prepare(self) -> None:
+        """Make the step graph and the optimizer's update now, before the address is printed, so that
+        the page's first view and every step of its walk, the update's two included, answer at once
+        (an M model's take seconds to make). A run with no checkpoint yet, or a damaged one, is
+        served as it is: its views say so when asked."""
+        try:
+            self.update_record()  # (after the step graph's record, which it needs)
+        except Waiting:
+            pass
 
     # -- the step graph ---------------------------------------------------------------------
     def record(self) -> StepRecord:

@@ -137,8 +137,12 @@ def test_graph_keys_scales_and_one_numbering(page, walkthrough_url, shots):
     ticks = value.locator("svg.heat text.tick").all_text_contents()
     assert len(ticks) == 3 and ticks[1] == "0" and float(ticks[2]) > 0  # the colour bar's numbers
     assert "axis 1 (3)" in value.inner_text() and "axis 2 (3)" in value.inner_text()  # the axes, named
-    value.locator("svg.heat rect[data-read]").first.hover()
+    value.locator("canvas.cells").first.hover(position={"x": 1, "y": 1})
     assert re.fullmatch(r"row 0, column 0: \S+", value.locator(".readout").inner_text())  # a hover read-out
+    cells = value.locator("canvas.cells").first
+    box = cells.bounding_box()
+    cells.hover(position={"x": box["width"] - 1, "y": box["height"] - 1})  # the last cell, where the pointer is
+    assert value.locator(".readout").inner_text() == readings(value)[-1][-1]
     page.screenshot(path=str(shots / "explorer_graph.png"))
 
     page.eval_on_selector("#panel", "p => p.scrollTop = p.scrollHeight")
@@ -199,14 +203,20 @@ def true_gradients() -> dict[str, np.ndarray]:
     return grads
 
 
+def readings(section) -> list[list[str]]:
+    """The read-out of each cell of a section's first heat-map (what pointing at cell (i, j) shows), row by row."""
+    return section.locator("canvas.cells").first.evaluate(
+        "c => Array.from({length: c.height}, (_, i) => Array.from({length: c.width}, (_, j) => c.reading(i, j)))")
+
+
 def shown_cells(section) -> np.ndarray:
     """The numbers a heat-map shows, read back from its cells (row i, column j: value)."""
-    cells = section.locator("svg.heat rect[data-read]").evaluate_all("rs => rs.map(r => r.getAttribute('data-read'))")
-    parsed = [re.fullmatch(r"row (\d+), column (\d+): (\S+)", c).groups() for c in cells]
-    rows, cols = max(int(i) for i, _, _ in parsed) + 1, max(int(j) for _, j, _ in parsed) + 1
-    shown = np.zeros((rows, cols))
-    for i, j, v in parsed:
-        shown[int(i), int(j)] = float(v)
+    cells = readings(section)
+    shown = np.zeros((len(cells), len(cells[0])))
+    for i, row in enumerate(cells):
+        for j, read in enumerate(row):
+            assert re.fullmatch(rf"row {i}, column {j}: \S+", read), read
+            shown[i, j] = float(read.rsplit(": ", 1)[1])
     return shown
 
 

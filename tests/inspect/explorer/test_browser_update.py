@@ -145,14 +145,27 @@ def test_the_training_view_draws_each_layer_over_training(browser, run_url, run_
 
 
 def test_a_saved_page_carries_the_update_the_statistics_and_the_compiled_step(browser, tiny_run, tmp_path):
-    from models.translate.explore import save_page
+    from models.translate.explore import open_explorer, save_page
 
     from .test_browser import opened_from_disk
 
     save_page(tiny_run, tmp_path / "run.html")
+    walk = open_explorer(tiny_run).get["/api/walk"]({})
     page = opened_from_disk(browser, tmp_path / "run.html")
     try:
         assert "no dropout" in page.inner_text("#graph-shows")  # 5c: this run's dropout is 0
+        saved = set(page.locator("#tx-saved").evaluate("h => Object.keys(JSON.parse(h.textContent))"))
+        assert {f"/api/walk_step?n={s['number']}" for s in walk["steps"]} <= saved  # both levels, every step
+        assert {f"/api/module_step?n={m['number']}" for m in walk["modules"]} <= saved
+        for level, last, heading in (("module", len(walk["modules"]), "module step"),
+                                     ("op", len(walk["steps"]), "backward step")):
+            page.click(f"#level-{level}")
+            page.evaluate(f"TX.walk.stepTo({last})")  # the last step of backward, then the optimizer's two
+            page.wait_for_selector(f"#panel h2:text-matches('^{heading} {last}[: ]')")
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector(f"#panel h2:text-is('step {last + 1}: clipping the gradients')")
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector(f"#panel h2:text-is(\"step {last + 2}: Adam's update\")")
         page.click("#tab-update")
         page.click("table.params tr[data-name='decoder.layers.0.ff.linear2.bias']")
         page.wait_for_selector("#update-detail h3:has-text('decoder.layers.0.ff.linear2.bias')")

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from .test_browser import browser, new_page, open_page, open_translate, shots  # noqa: F401
+from .test_browser import browser, new_page, open_page, open_translate, readings, shots  # noqa: F401
 
 SIZES = [(1400, 900), (1024, 700)]
 
@@ -30,15 +30,9 @@ def looks(tmp_path_factory):
 
 
 def shown_cells(section) -> np.ndarray:
-    """The numbers a heat-map shows, by where each cell is drawn (its rows and columns may be labelled
-    with pieces: "<bos>, i: 0.01")."""
-    cells = section.locator("svg.heat").first.locator("rect[data-read]").evaluate_all(
-        "rs => rs.map(r => [+r.getAttribute('y'), +r.getAttribute('x'), r.getAttribute('data-read')])")
-    ys, xs = sorted({c[0] for c in cells}), sorted({c[1] for c in cells})
-    shown = np.zeros((len(ys), len(xs)))
-    for y, x, read in cells:
-        shown[ys.index(y), xs.index(x)] = float(read.rsplit(": ", 1)[1])
-    return shown
+    """The numbers a heat-map shows, cell by cell as pointing at it reads them (its rows and columns may
+    be labelled with pieces: "<bos>, i: 0.01")."""
+    return np.array([[float(read.rsplit(": ", 1)[1]) for read in row] for row in readings(section)])
 
 
 def boxes_apart(a: dict, b: dict) -> bool:

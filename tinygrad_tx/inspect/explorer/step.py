@@ -37,6 +37,9 @@ from .words import OpView, module_words, op_words
 
 FRAMES = 4
 """How many frames of the user's code "created by" shows, innermost first."""
+BIG = 1 << 20
+"""The walk's arrays of at least this many values have their statistics made with the record: those of
+an M model's (32, 64, 8000) logits take 40 ms, most of a walk step's 100."""
 RowLabels = Callable[[tuple, "str | None"], "tuple[list[str] | None, list[str] | None]"]
 """An array's shape and node id -> labels of the rows and columns of its heat-map (None: none), e.g. tokens."""
 
@@ -102,6 +105,7 @@ class StepRecord:
         self.about: dict = {}  # which checkpoint and step it shows (set by a run's views)
         self.parts_made: dict[str, dict] = {}  # attention nodes opened into their parts (`parts.py`)
         self.readings: dict[str, dict] = {}  # a node's array read as a table (a run's prediction beside its target)
+        self._summaries: dict[int, tuple] = {}  # id(array) -> (the array, its statistics): `_statistics`
         self.titles = argument_names(fn, args)
         with profile() as self.profile:
             with record_modules(), _Sources(outside) as sources:
@@ -125,6 +129,8 @@ class StepRecord:
                 self.seeded_with = "1" if grad is None else f"ones{tuple(root.shape)} (the result is not a scalar)"
             self.steps = backward_steps(root, grad, self.node_id)
         self._grads = {s.node: s.grad for s in self.steps}
+        for a in (a for s in self.steps for a in (s.grad, *s.sent) if a.size >= BIG):
+            self._statistics(a)  # now, with the record: the step that shows it answers at once
         self.modules = module_steps(self.nodes, {c["id"]: c for c in self.calls.values()}, self.steps)
         self._module_of = {self.steps[n - 1].node: m.number for m in self.modules for n in m.ops}
         self.root = self.node_id(root.grad_fn)
@@ -216,8 +222,15 @@ class StepRecord:
 
     def array(self, a: Any, nid: str | None = None) -> dict:
         """An array (of node `nid`) as the page shows it: statistics and a heat-map, labelled where we can."""
-        a = self.to_host(a)
-        return {**summary(a), "heat": heat(a, *self.labels(tuple(a.shape), nid))}
+        host = self.to_host(a)
+        return {**self._statistics(a, host), "heat": heat(host, *self.labels(tuple(host.shape), nid))}
+
+    def _statistics(self, a: Any, host: Any = None) -> dict:
+        """`summary(a)`, made once per array: the walk meets most arrays twice (sent by one step,
+        arriving at the next), and a big one's statistics take most of a step's time."""
+        if id(a) not in self._summaries:  # the array is kept with them, so that its id is never another's
+            self._summaries[id(a)] = (a, summary(self.to_host(a) if host is None else host))
+        return self._summaries[id(a)][1]
 
     def walk(self) -> dict:
         """The backward walk at both levels: one entry per node visited, in the engine's order, and

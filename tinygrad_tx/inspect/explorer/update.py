@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import Tensor, no_grad
 from ...optim import Optimizer, clip_grad_norm
-from .arrays import heat, summary
+from .arrays import heat, norm, summary
 from .params import BadRequest
 
 
@@ -57,25 +57,32 @@ class UpdateRecord:
         self.dw = {name: p.numpy() - self.w_before[name] for name, p in named}
         with no_grad():
             self.loss_after = float(loss_of().item())
+        self.rows = self._rows()
 
     def summary(self, nodes: dict[str, str] | None = None) -> dict:
         """The step in numbers: the optimizer and its settings, the learning rate, the clipping, the
         loss before and after, and per parameter the norms of w, its gradient and Δw, and ‖Δw‖/‖w‖
         (`nodes`: the graph node of each parameter, by name, for the page's links)."""
-        rows = []
-        for name, _ in self.named:
-            w, g, dw = self.w_before[name], self.g[name], self.dw[name]
-            w_norm, dw_norm = _norm(w), _norm(dw)
-            rows.append({"name": name, "node": (nodes or {}).get(name), "shape": list(w.shape),
-                         "w_norm": w_norm, "g_norm": None if g is None else _norm(g),
-                         "g_raw_norm": None if self.g_raw[name] is None else _norm(self.g_raw[name]),
-                         "dw_norm": dw_norm, "ratio": dw_norm / w_norm if w_norm else None,
-                         "state": sorted(self.state_after[name])})
+        rows = [{**row, "node": (nodes or {}).get(row["name"])} for row in self.rows]
         hyper = {k: v for k, v in self.hyper.items() if k not in ("lr", "no_decay")}
         return {"optimizer": self.optimizer, "hyperparameters": hyper, "lr": self.lr, "t_saved": self.t_saved,
                 "t": self.t, "clip": self.clip, "loss_before": self.loss_before, "loss_after": self.loss_after,
                 "params": rows, "words": {"clip": clip_words(self.clip),
                                           "loss": loss_words(self.loss_before, self.loss_after)}}
+
+    def _rows(self) -> list[dict]:
+        """Each parameter's norms (made once, with the step: a big model's take a walk step's time, and
+        the walk's last two steps and the update view each ask for them)."""
+        rows = []
+        for name, _ in self.named:
+            w, g, dw = self.w_before[name], self.g[name], self.dw[name]
+            w_norm, dw_norm = norm(w), norm(dw)
+            rows.append({"name": name, "shape": list(w.shape), "w_norm": w_norm,
+                         "g_norm": None if g is None else norm(g),
+                         "g_raw_norm": None if self.g_raw[name] is None else norm(self.g_raw[name]),
+                         "dw_norm": dw_norm, "ratio": dw_norm / w_norm if w_norm else None,
+                         "state": sorted(self.state_after[name])})
+        return rows
 
     def parameter(self, name: str, labels: Callable[[tuple], tuple] | None = None) -> dict:
         """One parameter's arrays (statistics and heat-map each): the weight before the step, the
@@ -131,10 +138,6 @@ def against_words(against: int, moved: int, size: int, has_grad: bool) -> str:
 
 def _host(grad: Tensor | None) -> np.ndarray | None:
     return None if grad is None else grad.numpy()
-
-
-def _norm(a: np.ndarray) -> float:
-    return float(np.sqrt((np.asarray(a, dtype=np.float64) ** 2).sum()))
 
 
 def parameter_nodes(named: list[tuple[str, Tensor]], node_id: Callable[[Any], str]) -> dict[str, str]:

@@ -38,22 +38,30 @@
   const shape = (s) => `(${s.join(", ")}${s.length === 1 ? "," : ""})`;
 
   // -- heat-maps ----------------------------------------------------------------------------------
-  const SPECIAL = { NaN: "#b04fc4", Infinity: "#6b0000", "-Infinity": "#00006b" };  // not on the colour scale
+  const SPECIAL = { NaN: [176, 79, 196], Infinity: [107, 0, 0], "-Infinity": [0, 0, 107] };  // not on the colour scale
+  const PAD = [110, 110, 110, 0.28];  // padding's grey, laid over its row (rgb and opacity)
 
-  // The colour of a value: white at 0, red for positive and blue for negative (scaled by `top`),
-  // or, for weights in [0, 1] (`unit`), white to dark blue.
-  function colour(v, top, unit) {
+  // The colour of a value as [r, g, b]: white at 0, red for positive and blue for negative (scaled
+  // by `top`), or, for weights in [0, 1] (`unit`), white to dark blue.
+  function rgbOf(v, top, unit) {
     if (typeof v === "string") return SPECIAL[v];
     const t = Math.min(1, Math.abs(v) / (top || 1));
-    if (unit) return `rgb(${Math.round(255 - 215 * t)}, ${Math.round(255 - 175 * t)}, ${Math.round(255 - 75 * t)})`;
+    if (unit) return [Math.round(255 - 215 * t), Math.round(255 - 175 * t), Math.round(255 - 75 * t)];
     const fade = Math.round(255 * (1 - t));
-    return v >= 0 ? `rgb(255, ${fade}, ${fade})` : `rgb(${fade}, ${fade}, 255)`;
+    return v >= 0 ? [255, fade, fade] : [fade, fade, 255];
   }
+
+  const colour = (v, top, unit) => `rgb(${rgbOf(v, top, unit).join(", ")})`;
 
   // A heat-map of rows of numbers, with its key: a colour bar with numbers, the names of its axes,
   // and, under it, a read-out of the cell the pointer is on. `unit` for weights in [0, 1]; labels
   // (one per row or column: the tokens at each position) are optional; a row labelled <pad> is
   // padding, greyed over and named in the key.
+  //
+  // The cells are a canvas, one pixel a cell, scaled up without smoothing: a walk step on a big
+  // model shows thousands of cells, which as elements of their own took ten times longer to draw
+  // than the rest of the step. The canvas's `reading(i, j)` is the read-out of cell (i, j), as the
+  // pointer shows it; labels, axes and the key are SVG around it.
   function heatmap(rows, { unit = false, rowLabels = null, colLabels = null, cell = 0, rowName = "", colName = "" } = {}) {
     const nRows = rows.length, nCols = rows[0] ? rows[0].length : 0;
     rowLabels = rowLabels && rowLabels.length === nRows ? rowLabels : null;
@@ -73,14 +81,10 @@
     const padded = (rowLabels || []).map((l) => l === "<pad>");
     const mapBottom = top + nRows * size.h;
     const picture = svg("svg", { class: "heat", width: Math.max(left + nCols * size.w, 250) + 4, height: mapBottom + 40 });
-    rows.forEach((row, i) => row.forEach((v, j) => {
-      const where = `${rowLabels ? rowLabels[i] : `row ${i}`}, ${colLabels ? colLabels[j] : `column ${j}`}`;
-      picture.append(svg("rect", { x: left + j * size.w, y: top + i * size.h, width: size.w, height: size.h,
-                                   fill: colour(v, unit ? 1 : peak, unit), "data-read": `${where}: ${fmt(v)}` },
-                         svg("title", {}, `${where}: ${fmt(v)}`)));
-    }));
-    padded.forEach((pad, i) => pad && picture.append(svg("rect", { class: "pad", x: left, y: top + i * size.h,
-                                                                   width: nCols * size.w, height: size.h })));
+    const cells = el("canvas", { class: "cells", width: nCols, height: nRows,
+                                 style: `left: ${left}px; top: ${top}px; width: ${nCols * size.w}px; height: ${nRows * size.h}px` });
+    paint(cells, rows, (v) => rgbOf(v, unit ? 1 : peak, unit), padded);
+    cells.reading = (i, j) => `${rowLabels ? rowLabels[i] : `row ${i}`}, ${colLabels ? colLabels[j] : `column ${j}`}: ${fmt(rows[i][j])}`;
     if (showRowLabels) rowLabels.forEach((label, i) => picture.append(
       svg("text", { x: left - 3, y: top + i * size.h + size.h / 2 + 4, "text-anchor": "end", class: `label${padded[i] ? " padlabel" : ""}` }, label)));
     if (showColLabels) colLabels.forEach((label, j) => picture.append(
@@ -90,11 +94,22 @@
     if (colName) picture.append(svg("text", { class: "axis-name", x: left + nCols * size.w / 2, y: 11, "text-anchor": "middle" }, colName));
     colourBar(picture, mapBottom + 6, unit ? 1 : peak, unit, [...special], padded.some(Boolean));
     const readout = el("div", { class: "readout" }, "point at a cell to read it");
-    picture.addEventListener("mouseover", (e) => {
-      const read = e.target.getAttribute && e.target.getAttribute("data-read");
-      if (read) readout.textContent = read;
+    cells.addEventListener("mousemove", (e) => {
+      const i = Math.min(nRows - 1, Math.floor(e.offsetY / size.h)), j = Math.min(nCols - 1, Math.floor(e.offsetX / size.w));
+      readout.textContent = cells.title = cells.reading(Math.max(i, 0), Math.max(j, 0));
     });
-    return el("div", { class: "heatwrap" }, picture, readout);
+    return el("div", { class: "heatwrap" }, el("div", { class: "heatpic" }, picture, cells), readout);
+  }
+
+  // Each cell's colour, one pixel each, padded rows greyed over as the key says.
+  function paint(canvas, rows, rgb, padded) {
+    if (!canvas.width || !canvas.height) return;
+    const image = new ImageData(canvas.width, canvas.height);
+    rows.forEach((row, i) => row.forEach((v, j) => {
+      const c = padded[i] ? rgb(v).map((x, k) => x * (1 - PAD[3]) + PAD[k] * PAD[3]) : rgb(v);
+      image.data.set([c[0], c[1], c[2], 255], 4 * (i * canvas.width + j));
+    }));
+    canvas.getContext("2d").putImageData(image, 0, 0);
   }
 
   // The key under a heat-map: the colour scale from its lowest to its highest value, with numbers,
@@ -114,7 +129,7 @@
                                    class: "label tick" }, text));
     }
     let x = x0 + barWidth + 10;
-    for (const [name, fill, text] of [...special.map((s) => [s, SPECIAL[s], fmt(s)]), ...(padded ? [["pad", null, "padding"]] : [])]) {
+    for (const [name, fill, text] of [...special.map((s) => [s, colour(s), fmt(s)]), ...(padded ? [["pad", null, "padding"]] : [])]) {
       picture.append(fill ? svg("rect", { x, y, width: 9, height: 9, fill }) : svg("rect", { x, y, width: 9, height: 9, class: "pad" }),
                      svg("text", { x: x + 12, y: y + 8, class: "label" }, text));
       x += 18 + 6 * text.length;

@@ -286,8 +286,8 @@
   // The panel's content, from its top (a new node never opens where the last one was scrolled to).
   function fill(children, about) {
     const panel = document.getElementById("panel");
+    panel.scrollTop = 0;  // before the new content: set after it, it would lay the whole panel out at once
     panel.replaceChildren(...children);
-    panel.scrollTop = 0;
     if (about) shows(about);
   }
 
