@@ -1,12 +1,12 @@
 """The saved page (export.py) against what its user puts in it and where they put it.
 
-Issue 58, item 5: a corpus line or a run directory's name holding `<!--<script>` left the
+Its data: a corpus line or a run directory's name holding `<!--<script>` left the
 page with one script element and an empty body: no text in the answers may change how the
 HTML parser reads the page (checked on the page's text for many hostile strings, and in
-Chromium on a run whose directory and sentences hold them). Item 6: `--html` wrote over a
+Chromium on a run whose directory and sentences hold them). Where it goes: `--html` wrote over a
 user's own page that mentioned the explorer, and hung on a FIFO: only a page the explorer
 saved is written over; a FIFO, a symbolic link or a directory is refused without being
-opened. Item 7: a full disk or a read-only file system is one line naming the page, and no
+opened. A disk that refuses it: a full disk or a read-only file system is one line naming the page, and no
 file.
 """
 from __future__ import annotations

@@ -179,7 +179,8 @@ def test_every_sentence_of_the_run_that_states_a_sign_states_the_right_one(run_e
 
 
 def test_the_tours_loss_stop_follows_the_sign_of_a_smoothed_target():
-    """The issue's case: p = 0.9056 above its smoothed target 0.905 gives the right piece +2.31e-05."""
+    """The case a learner found worded with the wrong sign: p = 0.9056 above its smoothed target 0.905
+    gives the right piece +2.31e-05, which the tour called negative."""
     from models.translate.explore_tour import score_gradients
 
     text = score_gradients(2.31e-05, 0.004, 0.9056, 0.905, "n")
