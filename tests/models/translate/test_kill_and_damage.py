@@ -134,7 +134,9 @@ def test_ctrl_c_while_the_decoding_is_chosen_or_reported_is_one_line_saying_what
     one line saying what is kept and what to run: `--resume` to choose, or `evaluate`."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    settings = ["--task", "reverse", *TINY, "--steps", "2", "--n-held-out", "100"]  # untrained: long outputs, slow
+    # untrained, long outputs: choosing takes ~7 s and the report ~1.4 s on an idle machine, time
+    # enough for the signal to land inside each (with 100 sentences they were done before it, at times)
+    settings = ["--task", "reverse", *TINY, "--steps", "2", "--n-held-out", "3000"]
     train = [sys.executable, "-m", "models", "train", "--out", str(out)]
     stdout = interrupted_after("trained to step 2 of 2", [*train, *settings], env)
     assert stdout.splitlines()[-1] == (f"interrupted while choosing the decoding: the trained model is kept in {out}; "
