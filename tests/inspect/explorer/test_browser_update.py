@@ -188,7 +188,7 @@ def test_the_compiled_view_of_a_run_shows_its_step(page, run_url):
 
 
 def test_translate_follows_a_checkpoint_that_appears(browser, tiny_run, tmp_path):
-    """5h: a translation that waited for the first checkpoint is made when one appears, unasked."""
+    """A translation that waited for the first checkpoint is made when one appears, unasked."""
     from models.translate.explore import open_explorer
 
     run = tmp_path / "run"
@@ -215,7 +215,7 @@ def test_translate_follows_a_checkpoint_that_appears(browser, tiny_run, tmp_path
 
 
 def test_a_chart_of_one_validation_marks_whole_steps(browser, tiny_run, tmp_path):
-    """5i: one validation point at step 100: its step axis says 100, not 99.5 and 100.5."""
+    """One validation point at step 100: its step axis says 100, not 99.5 and 100.5."""
     from models.translate.explore import open_explorer
 
     run = tmp_path / "run"
@@ -238,7 +238,7 @@ def test_a_chart_of_one_validation_marks_whole_steps(browser, tiny_run, tmp_path
 
 
 def test_a_damaged_last_npz_is_said_and_the_newest_readable_shown(browser, tiny_run, tmp_path):
-    """5j: a finished run whose last.npz is cut short: the page says so and shows best.npz."""
+    """A finished run whose last.npz is cut short: the page says so and shows best.npz."""
     from models.translate.explore import open_explorer
 
     run = tmp_path / "run"

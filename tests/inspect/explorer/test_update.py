@@ -120,7 +120,7 @@ def test_the_tour_ends_with_the_update_in_words_that_follow_the_values(views):
 
 
 def test_the_compiled_view_records_a_runs_step(views):
-    """5a: the step a run's explorer records is the jit's to see (its model and batch bound in a
+    """The step a run's explorer records is the jit's to see (its model and batch bound in a
     partial, not hidden in a closure of the engine's): every op of the graph has its line."""
     compiled = views.record().compiled
     assert "refused" not in compiled, compiled.get("refused")
@@ -129,7 +129,7 @@ def test_the_compiled_view_records_a_runs_step(views):
 
 
 def test_the_header_says_the_runs_own_dropout():
-    """5c: no "dropout on" for a model whose rates are 0."""
+    """No "dropout on" for a model whose rates are 0."""
     from models.translate.explore_tour import training_mode
 
     size = dict(src_vocab=10, tgt_vocab=10, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16)
@@ -139,7 +139,7 @@ def test_the_header_says_the_runs_own_dropout():
 
 
 def test_a_truncated_last_npz_is_said_damaged_and_the_newest_readable_shown(tiny_run, tmp_path):
-    """5j: on a finished run whose last.npz is cut short, every view says so and shows best.npz
+    """On a finished run whose last.npz is cut short, every view says so and shows best.npz
     (the newest that reads); --html saves the page; with nothing readable, it says damaged."""
     from models.translate.explore import open_explorer, save_page
     from models.translate.run import RunError
