@@ -36,6 +36,7 @@ from .run import Run, RunError, open_run
 from .settings import TrainSettings, corpus_defaults, settings_for
 from .tasks import TASKS, probe_pairs
 from .budget import parse_duration, process_started
+from .interrupts import stops_interrupt
 from .launch import (ENSEMBLE_EPOCHS, INSTALL_HINT, STARTED, auto_members, auto_processes, can_launch,
                      epochs_a_model, launch)
 from .training import Trainer
@@ -139,20 +140,23 @@ def run_train(args: argparse.Namespace) -> None:
     if outcome == "out of time":
         say(f"--time {settings.time} ran out at step {trainer.step} of the {settings.steps} it chose (the machine got "
             f"slower than it measured): the best model so far is kept; --resume trains on to step {settings.steps}")
-    try:
-        say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
-        run = together(open_run, trainer.dir, settings.device)  # every rank translates a share (sharing.py)
-        chosen = keep_decoding(run, settings, trainer.budget)
-    except KeyboardInterrupt:  # after training, before the decoding is chosen and kept
-        say(f"interrupted while choosing the decoding: the trained model is kept in {trainer.dir}; python -m models "
-            f"train --out {trainer.dir} --resume chooses it (until then evaluate and translate use beam {BEAM})")
-        sys.exit(130)
-    try:
-        say(describe_decoding(chosen))
-        report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
-    except KeyboardInterrupt:  # the decoding is kept in run.json
-        say(f"interrupted during the test report: the run is complete; python -m models evaluate --run {trainer.dir}")
-        sys.exit(130)
+    with stops_interrupt():  # SIGINT and SIGTERM stop what follows as they stopped training
+        try:
+            say(f"trained to step {trainer.step} of {settings.steps} in {time.perf_counter() - began:.0f} s")
+            run = together(open_run, trainer.dir, settings.device)  # every rank translates a share (sharing.py)
+            chosen = keep_decoding(run, settings, trainer.budget)
+        except KeyboardInterrupt:  # after training, before the decoding is chosen and kept
+            say(f"interrupted while choosing the decoding: the trained model is kept in {trainer.dir}; python -m "
+                f"models train --out {trainer.dir} --resume chooses it (until then evaluate and translate use beam "
+                f"{BEAM})")
+            sys.exit(130)
+        try:
+            say(describe_decoding(chosen))
+            report(run, (chosen["beam"], chosen["length_penalty"]), as_json=False, shown=trainer.main)
+        except KeyboardInterrupt:  # the decoding is kept in run.json
+            say(f"interrupted during the test report: the run is complete; python -m models evaluate --run "
+                f"{trainer.dir}")
+            sys.exit(130)
 
 
 def choose_processes(settings: TrainSettings) -> tuple[int, int]:

@@ -40,6 +40,19 @@ def stop_requests() -> Iterator[list]:
             signal.signal(number, handler)
 
 
+@contextlib.contextmanager
+def stops_interrupt() -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM raise KeyboardInterrupt, as Ctrl-C does, whatever this process
+    was started with: a shell starts a background job (`train ... &` in a script) with SIGINT
+    ignored, and training answers it anyway (`stop_requests`), so the steps after training do too."""
+    previous = {number: signal.signal(number, signal.default_int_handler) for number in STOPS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def owned(command: list[str], env: dict) -> subprocess.Popen:
     """Start `command` (mpiexec) as a process this one owns: in a session of its own, reading
     nothing, and sent SIGINT by the kernel when this process ends."""

@@ -116,21 +116,26 @@ def test_a_stop_during_training_saves_a_checkpoint_that_resumes(tmp_path, stop):
            f"--resume" in stdout
 
 
-def interrupted_after(line: str, command: list[str], env: dict) -> str:
-    """Standard output of `command`, sent SIGINT as soon as it prints a line starting with `line`."""
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def interrupted_after(line: str, command: list[str], env: dict, stop: int = signal.SIGINT) -> str:
+    """Standard output of `command`, sent `stop` as soon as it prints a line starting with `line`.
+    It starts with SIGINT ignored, as a shell starts a background job (`train ... &` in a script;
+    pytest-xdist's workers pass the same on)."""
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     for said in process.stdout:
         if said.startswith(line):
             break
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
     return stdout
 
 
-def test_ctrl_c_while_the_decoding_is_chosen_or_reported_is_one_line_saying_what_is_kept(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_while_the_decoding_is_chosen_or_reported_is_one_line_saying_what_is_kept(tmp_path, stop):
     """After training, the run tries beam widths and length penalties on its validation set
-    (tuning.py), then reports on its test set: Ctrl-C there was a KeyboardInterrupt traceback. It is
+    (tuning.py), then reports on its test set: Ctrl-C there was a KeyboardInterrupt traceback (and,
+    in a job started with SIGINT ignored, nothing at all; SIGTERM ended it without a word). It is
     one line saying what is kept and what to run: `--resume` to choose, or `evaluate`."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -138,12 +143,12 @@ def test_ctrl_c_while_the_decoding_is_chosen_or_reported_is_one_line_saying_what
     # enough for the signal to land inside each (with 100 sentences they were done before it, at times)
     settings = ["--task", "reverse", *TINY, "--steps", "2", "--n-held-out", "3000"]
     train = [sys.executable, "-m", "models", "train", "--out", str(out)]
-    stdout = interrupted_after("trained to step 2 of 2", [*train, *settings], env)
+    stdout = interrupted_after("trained to step 2 of 2", [*train, *settings], env, stop)
     assert stdout.splitlines()[-1] == (f"interrupted while choosing the decoding: the trained model is kept in {out}; "
                                        f"python -m models train --out {out} --resume chooses it (until then evaluate "
                                        f"and translate use beam 6)")
     assert "decoding" not in json.loads((out / "run.json").read_text())
-    stdout = interrupted_after("decoding chosen on validation", [*train, "--resume"], env)
+    stdout = interrupted_after("decoding chosen on validation", [*train, "--resume"], env, stop)
     assert stdout.splitlines()[-1] == (f"interrupted during the test report: the run is complete; python -m models "
                                        f"evaluate --run {out}")
     assert "decoding" in json.loads((out / "run.json").read_text())
