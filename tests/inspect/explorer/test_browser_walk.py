@@ -58,8 +58,10 @@ def test_the_walk_by_module_then_by_op_one_click_apart(browser, run_url, run_exp
             open_page(page, run_url)
             for _ in range(linear["number"]):
                 page.keyboard.press("ArrowRight")
-            heading = page.locator(f"#panel h2:has-text('module step {linear['number']} of {len(walk['modules'])}')")
+            total = len(walk["modules"]) + 2  # a run's walk ends in the optimizer's two steps (clip, update)
+            heading = page.locator(f"#panel h2:has-text('module step {linear['number']} of {total}')")
             heading.wait_for()
+            assert page.inner_text("#back-pos") == f"module step {linear['number']} of {total}"  # one count
             assert heading.locator("code.name").inner_text() == linear["name"] == "out"  # a name, set as one
             words = page.inner_text("#panel p.words")
             assert words.startswith("The linear layer sends its input") and "2 reshapes" in words

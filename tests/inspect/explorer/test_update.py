@@ -161,3 +161,16 @@ def test_a_truncated_last_npz_is_said_damaged_and_the_newest_readable_shown(tiny
     with pytest.raises(RunError, match=r"^nothing to save: checkpoint .*last\.npz is unreadable.*no other checkpoint"):
         save_page(run, tmp_path / "page.html")
     assert "waiting" in explorer.get["/api/graph"]({})  # the page says why, and keeps serving
+
+
+@pytest.mark.parametrize("norm, max_norm, after", [(0.001933, 1.0, 0.0019329999), (2.73, 1.0, 1.0), (1.0, 1.0, 1.0),
+                                                   (5e-3, 1e-3, 1e-3)])
+def test_the_clipping_words_follow_the_norm_and_the_bound(norm, max_norm, after):
+    """A norm of 0.00193 under a bound of 1 was said to be "over the bound" and "scaled by 1": the
+    words came from the norms' ratio, 0.99999994 after a float32 recomputation, not from the two
+    numbers the sentence compares."""
+    from tinygrad_tx.inspect.explorer.update import clip_words
+
+    words = clip_words({"max_norm": max_norm, "norm": norm, "norm_after": after, "scale": after / norm})
+    assert ("over the bound" in words) == (norm > max_norm)
+    assert ("within the bound" in words) == (norm <= max_norm)

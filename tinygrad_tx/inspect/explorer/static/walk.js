@@ -143,7 +143,7 @@
     if (state.level !== "module" || state.at !== m.number) return;
     const { section, present, arrayView, fill } = G();
     fill(present(
-      el("h2", {}, `module step ${m.number} of ${state.modules.length}: `, m.call ? named(m.name) : m.name, ` (${m.kind})`),
+      el("h2", {}, `module step ${m.number} of ${list().length}: `, m.call ? named(m.name) : m.name, ` (${m.kind})`),
       words(arrays.words),
       ...arrays.docs.map((d) => math(d.doc, `#${d.number} ${d.op}`)),
       section("its ops (the op level: click one)", el("ul", { class: "ops" },
