@@ -48,8 +48,9 @@ class UpdateRecord:
         self.clip = None
         if total is not None:
             after = float(np.sqrt(sum(n * n for n in self.g_norm.values() if n is not None)))
+            clipped = total > clip_norm  # clip_grad_norm's own rule: then max_norm / (total + 1e-6) < 1
             self.clip = {"max_norm": float(clip_norm), "norm": float(total), "norm_after": after,
-                         "scale": after / total if total else 1.0}
+                         "scale": after / total if clipped else 1.0}  # not the ratio of two sums of another rounding
         optimizer.step()
         state = optimizer.state_dict()
         self.t = state["t"]
@@ -103,7 +104,7 @@ def clip_words(clip: dict | None) -> str:
     """What the clipping did, in words that follow its numbers."""
     if clip is None:
         return "The run does not clip its gradients: the optimizer gets them as backward left them."
-    if clip["scale"] < 1:
+    if clip["norm"] > clip["max_norm"]:
         return (f"The gradients' global norm is {clip['norm']:.3g}, over the bound {clip['max_norm']:g}, so every "
                 f"gradient is scaled by {clip['scale']:.3g} (to a global norm of {clip['norm_after']:.3g}).")
     return (f"The gradients' global norm is {clip['norm']:.3g}, within the bound {clip['max_norm']:g}, so they "
