@@ -63,6 +63,14 @@ def page_ready(browser, url: str, repeat: int = 3) -> float:
     return statistics.median(times)
 
 
+def opened(browser, url: str):
+    """A fresh tab on `url`, its first view drawn."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]")
+    return page
+
+
 def painted(page) -> None:
     """Wait until the page has painted a frame with what is in it now (two animation frames: the
     next one starts after this one is painted)."""
@@ -72,9 +80,7 @@ def painted(page) -> None:
 def backward_steps(browser, url: str, level: str, steps: int = 10) -> float:
     """Median seconds from the key press to the step's panel drawn with its heat-maps and painted,
     walking by `level` ("module" or "op"); each press waits for the last step's paint."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(url)
-    page.wait_for_selector("body[data-ready]")
+    page = opened(browser, url)
     page.click(f"#level-{level}")
     heading = "module step" if level == "module" else "backward step"
     times = []
@@ -92,9 +98,7 @@ def backward_steps(browser, url: str, level: str, steps: int = 10) -> float:
 
 def floor(browser, url: str, repeat: int = 10) -> float:
     """Median seconds the same timing gives a key that does nothing: what the measurement itself takes."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(url)
-    page.wait_for_selector("body[data-ready]")
+    page = opened(browser, url)
     times = []
     for _ in range(repeat):
         painted(page)
@@ -113,9 +117,7 @@ def update_steps(browser, url: str, last: int, repeat: int = 5) -> list[float]:
     tab each time)."""
     times = []
     for _ in range(repeat):
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(url)
-        page.wait_for_selector("body[data-ready]")
+        page = opened(browser, url)
         page.evaluate(f"TX.walk.stepTo({last})")
         page.wait_for_selector(f"#panel h2:text-matches('^module step {last} of')")
         for n in (last + 1, last + 2):
@@ -143,9 +145,7 @@ def run_page(browser, explorer: Explorer, steps: int = 10) -> str:
 
 def unfold(browser, url: str, box: str | None) -> float:
     """Seconds from a click (on the box named `box`, or on "unfold all") to the graph redrawn."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(url)
-    page.wait_for_selector("body[data-ready]")
+    page = opened(browser, url)
     before = page.locator("#graph .node").count()
     started = time.perf_counter()
     if box is None:

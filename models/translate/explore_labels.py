@@ -77,9 +77,10 @@ def predictions(record: StepRecord, batch: tuple, files: RunFiles) -> dict[str, 
     if root["title"] != "CrossEntropy":
         return {}
     _, tgt_in, targets = batch
-    right = record.to_host(targets.data)[0]  # (T,)
+    targets = record.to_host(targets.data)  # (B, T)
+    right = targets[0]  # (T,)
     z = record.to_host(record.tensor(root["inputs"][0]).data).astype(np.float64)
-    z = z.reshape(*record.to_host(targets.data).shape, z.shape[-1])[0]  # (T, V): the first pair's scores
+    z = z.reshape(*targets.shape, z.shape[-1])[0]  # (T, V): the first pair's scores
     p = np.exp(z - z.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     pieces = files.tgt_vocab.tokens

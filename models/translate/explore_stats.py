@@ -18,9 +18,10 @@ from .explore_files import stamp
 from .layer_stats import STATS, read_records
 
 
-def over_training(directory: Path, checkpoints: Any, stats_of: Callable[[Any], dict], cache: dict) -> dict:
+def over_training(directory: Path, checkpoints: Any, stats_of: Callable[[Any, dict | None], dict], cache: dict) -> dict:
     """What the training view draws: the run's records, or where it has none, its snapshots'
-    statistics (`stats_of(model)`; kept in `cache` while the snapshots stay as they are)."""
+    statistics (`stats_of(model, the previous snapshot's weights)`, as `layer_stats.parameter_stats`;
+    kept in `cache` while the snapshots stay as they are)."""
     directory = Path(directory)
     records, skipped = read_records(directory / STATS)
     source = f"recorded by train at each validation ({STATS}): the gradient of the last training step"
@@ -42,16 +43,14 @@ def over_training(directory: Path, checkpoints: Any, stats_of: Callable[[Any], d
     return {"source": source, **by_layer(records)}
 
 
-def _from_snapshots(snapshots: list[str], checkpoints: Any, stats_of: Callable[[Any], dict]) -> list[dict]:
+def _from_snapshots(snapshots: list[str], checkpoints: Any,
+                    stats_of: Callable[[Any, dict | None], dict]) -> list[dict]:
     records, before = [], None
     for name in snapshots:
         model, about = checkpoints.get(name, "the statistics over training")
-        weights = {n: p.numpy() for n, p in model.named_parameters()}
-        params = {n: {**stats, "change": None if before is None else
-                      float(np.linalg.norm((weights[n] - before[1][n]).astype(np.float64)))}
-                  for n, stats in stats_of(model).items()}
-        records.append({"step": about["step"], "since": before[0] if before else None, "params": params})
-        before = (about["step"], weights)
+        records.append({"step": about["step"], "since": before[0] if before else None,
+                        "params": stats_of(model, before[1] if before else None)})
+        before = (about["step"], {n: p.numpy() for n, p in model.named_parameters()})
     return records
 
 

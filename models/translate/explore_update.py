@@ -116,12 +116,12 @@ class UpdateViews:
         its parameters at each record of the run (`layer_stats.py`)."""
         return over_training(self.files.directory, self.checkpoints, self._stats_of_snapshot, self._stats_cache)
 
-    def _stats_of_snapshot(self, model: Transformer) -> dict:
-        """The statistics of a snapshot's weights, with the gradient of the explorer's batch,
-        clipped as the trainer clips (a snapshot holds no gradient)."""
+    def _stats_of_snapshot(self, model: Transformer, previous: dict | None) -> dict:
+        """The statistics of a snapshot's weights and their change since `previous`, with the gradient
+        of the explorer's batch, clipped as the trainer clips (a snapshot holds no gradient)."""
         copy = copy_of(model)
         self.record()  # the batch
         self._training_loss(copy, *self.batch).backward()
         if self._clip_norm():
             optim.clip_grad_norm(copy.parameters(), self._clip_norm())
-        return parameter_stats(copy)
+        return parameter_stats(copy, previous)

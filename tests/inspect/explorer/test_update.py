@@ -14,6 +14,7 @@ import tinygrad_tx.functional as F
 from models import Transformer
 from models.text.data import PAD_ID
 from tinygrad_tx import optim
+from tinygrad_tx.inspect.explorer.update import UpdateRecord, clip_words
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-9)
 
@@ -117,6 +118,27 @@ def test_the_tour_ends_with_the_update_in_words_that_follow_the_values(views):
     assert ("down by" in last["text"]) == (after < before) and ("up by" in last["text"]) == (after > before)
     scaled = update["clip"]["norm"] > update["clip"]["max_norm"]
     assert ("so every gradient is scaled by" in last["text"]) == scaled
+
+
+@pytest.mark.parametrize("bound", [1e6, 46.0, 1.0, 0.01])
+def test_the_clip_is_said_as_clip_grad_norm_applied_it(bound):
+    """Gradients within the bound are said to be used as they are, with a scale of exactly 1: the
+    clip's norm (float32 per tensor, clip_grad_norm's) and the norm after (float64) differ in their
+    last digits, and their ratio below 1 had half of unclipped steps said to be "over the bound
+    1e+06, scaled by 1". Over the bound, the scale is PyTorch's max_norm / (norm + 1e-6)."""
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        w = tx.Tensor(rng.standard_normal((37, 53)).astype(np.float32), requires_grad=True)
+        x = tx.Tensor(rng.standard_normal((53,)).astype(np.float32))
+        clip = UpdateRecord(lambda: (w @ x).sum(), [("w", w)], optim.Adam([w], lr=1e-3), clip_norm=bound).clip
+        norm = float(np.linalg.norm(np.tile(x.numpy().astype(np.float64), (37, 1))))  # d sum(w @ x) / dw: x in every row
+        assert clip["norm"] == pytest.approx(norm, rel=1e-6)
+        words = clip_words(clip)
+        if norm <= bound:
+            assert clip["scale"] == 1.0 and "used as they are" in words and "scaled" not in words, (seed, words)
+        else:
+            assert clip["scale"] == pytest.approx(bound / (norm + 1e-6), rel=1e-6)
+            assert f"so every gradient is scaled by {clip['scale']:.3g}" in words, (seed, words)
 
 
 def test_the_compiled_view_records_a_runs_step(views):

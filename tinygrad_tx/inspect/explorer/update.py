@@ -19,6 +19,7 @@ from ... import Tensor, no_grad
 from ...optim import Optimizer, clip_grad_norm
 from .arrays import heat, norm, summary
 from .params import BadRequest
+from .words import signed
 
 
 class UpdateRecord:
@@ -41,15 +42,15 @@ class UpdateRecord:
         loss.backward()
         self.loss_before = float(loss.item())
         self.g_raw = {name: _host(p.grad) for name, p in named}
-        params = [p for _, p in named]
-        self.clip = None
-        if clip_norm:
-            total = clip_grad_norm(params, clip_norm)
-            after = float(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in
-                                      (_host(p.grad) for p in params) if g is not None)))
-            self.clip = {"max_norm": float(clip_norm), "norm": float(total), "norm_after": after,
-                         "scale": after / total if total else 1.0}
+        total = clip_grad_norm([p for _, p in named], clip_norm) if clip_norm else None
         self.g = {name: _host(p.grad) for name, p in named}  # what step() reads
+        self.g_norm = {name: None if g is None else norm(g) for name, g in self.g.items()}
+        self.clip = None
+        if total is not None:
+            after = float(np.sqrt(sum(n * n for n in self.g_norm.values() if n is not None)))
+            clipped = total > clip_norm  # clip_grad_norm's own rule: then max_norm / (total + 1e-6) < 1
+            self.clip = {"max_norm": float(clip_norm), "norm": float(total), "norm_after": after,
+                         "scale": after / total if clipped else 1.0}  # not the ratio of two sums of another rounding
         optimizer.step()
         state = optimizer.state_dict()
         self.t = state["t"]
@@ -75,23 +76,21 @@ class UpdateRecord:
         the walk's last two steps and the update view each ask for them)."""
         rows = []
         for name, _ in self.named:
-            w, g, dw = self.w_before[name], self.g[name], self.dw[name]
+            w, dw = self.w_before[name], self.dw[name]
             w_norm, dw_norm = norm(w), norm(dw)
-            rows.append({"name": name, "shape": list(w.shape), "w_norm": w_norm,
-                         "g_norm": None if g is None else norm(g),
+            rows.append({"name": name, "shape": list(w.shape), "w_norm": w_norm, "g_norm": self.g_norm[name],
                          "g_raw_norm": None if self.g_raw[name] is None else norm(self.g_raw[name]),
                          "dw_norm": dw_norm, "ratio": dw_norm / w_norm if w_norm else None,
                          "state": sorted(self.state_after[name])})
         return rows
 
-    def parameter(self, name: str, labels: Callable[[tuple], tuple] | None = None) -> dict:
+    def parameter(self, name: str) -> dict:
         """One parameter's arrays (statistics and heat-map each): the weight before the step, the
         gradient the optimizer got, its state as saved and after the step, and Δw; and how often Δw
         went against the gradient's sign."""
         if name not in self.w_before:
             raise BadRequest(f"no parameter {name[:60]!r} in this model")
-        labels = labels or (lambda shape: (None, None))
-        show = lambda a: {**summary(a), "heat": heat(a, *labels(a.shape))}  # noqa: E731
+        show = lambda a: {**summary(a), "heat": heat(a)}  # noqa: E731
         w, g, dw = self.w_before[name], self.g[name], self.dw[name]
         moved = (dw != 0) & (g != 0) if g is not None else np.zeros(dw.shape, bool)
         against = int((np.sign(dw) == -np.sign(g))[moved].sum()) if g is not None else 0
@@ -105,7 +104,7 @@ def clip_words(clip: dict | None) -> str:
     """What the clipping did, in words that follow its numbers."""
     if clip is None:
         return "The run does not clip its gradients: the optimizer gets them as backward left them."
-    if clip["scale"] < 1:
+    if clip["norm"] > clip["max_norm"]:
         return (f"The gradients' global norm is {clip['norm']:.3g}, over the bound {clip['max_norm']:g}, so every "
                 f"gradient is scaled by {clip['scale']:.3g} (to a global norm of {clip['norm_after']:.3g}).")
     return (f"The gradients' global norm is {clip['norm']:.3g}, within the bound {clip['max_norm']:g}, so they "
@@ -114,13 +113,10 @@ def clip_words(clip: dict | None) -> str:
 
 def loss_words(before: float, after: float) -> str:
     """How the loss on the step's own batch changed, in words that follow the sign."""
-    change = after - before
-    if change < 0:
-        return f"On the same batch the loss goes from {before:.4f} to {after:.4f}: down by {-change:.3g}."
-    if change > 0:
-        return (f"On the same batch the loss goes from {before:.4f} to {after:.4f}: up by {change:.3g}, so this "
-                "step went too far for this batch.")
-    return f"On the same batch the loss stays at {before:.4f}: the step did not change it."
+    change, goes = after - before, f"On the same batch the loss goes from {before:.4f} to {after:.4f}"
+    return signed(change, f"{goes}: up by {change:.3g}, so this step went too far for this batch.",
+                  f"{goes}: down by {-change:.3g}.", f"On the same batch the loss stays at {before:.4f}: the step did "
+                  "not change it.")
 
 
 def against_words(against: int, moved: int, size: int, has_grad: bool) -> str:

@@ -221,12 +221,15 @@
     return said ? `${said} shown; ` : "";
   }
 
-  // An op's docstring: its math first (a clause `y = ...` and one `dx = ...` per input, the
-  // convention every op follows) set as formulas, then its prose as paragraphs.
+  // An op's docstring in paragraphs, each marked whether it is math: a clause `y = ...` or one
+  // `dx = ...` per input, the convention every op follows (the walk shows these alone).
+  const paragraphs = (doc) => (doc || "").split(/\n\s*\n/).map((text) => ({ text, math: /^\s*(y|d\w*)\s*=/.test(text) }));
+
+  // An op's docstring: its math set as formulas, its prose as paragraphs.
   function docText(doc) {
     if (!doc) return el("p", { class: "note" }, "(this op has no docstring yet)");
-    return el("div", { class: "doc" }, doc.split(/\n\s*\n/).map((para) =>
-      /^\s*(y|d\w*)\s*=/.test(para) ? el("pre", { class: "math" }, para) : el("p", {}, para.split("\n").join(" "))));
+    return el("div", { class: "doc" }, paragraphs(doc).map((p) =>
+      p.math ? el("pre", { class: "math" }, p.text) : el("p", {}, p.text.split("\n").join(" "))));
   }
 
   function nodeLink(id) {
@@ -265,8 +268,7 @@
                      el("pre", { class: "code source-forward" }, n.op.forward.code),
                      el("pre", { class: "code source-backward" }, n.op.backward.code)) : null), n.shows);
     for (const g of document.querySelectorAll("#graph .node.selected")) g.classList.remove("selected");
-    const drawn = document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
-    if (drawn) drawn.classList.add("selected");
+    drawnAs(id)?.classList.add("selected");
   }
 
   // What an op saved: each array with its statistics and, folded, its heat-map (attention's weights,
@@ -291,11 +293,13 @@
     if (about) shows(about);
   }
 
-  TX.views.graph = showGraph;
   // The drawn box or node that shows node `id` (its outermost folded call, or itself).
-  const drawnAs = (id) => document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
+  function drawnAs(id) {
+    return document.querySelector(`#graph .node[data-id="${state.owner[id]}"]`);
+  }
 
-  TX.graph = { reveal, showNode, bringIntoView, drawnAs, fill, arrayView, tableView, docText, nodeLink, section, present,
+  TX.views.graph = showGraph;
+  TX.graph = { reveal, showNode, bringIntoView, drawnAs, fill, arrayView, tableView, paragraphs, nodeLink, section, present,
                nameOf: (id) => nameOf(state.byId[id]), node: (id) => state.byId[id], call: (id) => state.calls[id],
                ready: () => state.graph !== null };
 })();

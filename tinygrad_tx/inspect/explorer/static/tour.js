@@ -39,12 +39,9 @@
       return;
     }
     await TX.showView("graph");  // (back from the update view)
-    const node = TX.graph.node(s.node);
-    if (s.phase === "backward" && node.kind === "op") {
-      await TX.walk.stepToNode(s.node);  // the walk at this node's step, at the level shown: what arrives, what it sends
-      return;
-    }
-    await (s.phase === "backward" ? TX.walk.stepToNode(s.node) : TX.walk.stepTo(0));  // a leaf: after the whole walk
+    // going backward, the walk at this node's step, at the level shown (a leaf: after the whole walk)
+    await (s.phase === "backward" ? TX.walk.stepToNode(s.node) : TX.walk.stepTo(0));
+    if (s.phase === "backward" && TX.graph.node(s.node).kind === "op") return;  // the step shows what arrives, what it sends
     await TX.graph.reveal(s.node);
     if (s.show === "grad") {  // the gradient, at the top of the panel
       const panel = document.getElementById("panel");

@@ -5,7 +5,7 @@
 // server groups and words the steps (module_walk.py, words.py); this file draws them.
 "use strict";
 (() => {
-  const { el, shape, statsLine } = TX.draw;
+  const { el, shape } = TX.draw;
   const state = { level: "module", at: 0, steps: [], modules: [], seeded: "1", update: false };
   const G = () => TX.graph;
 
@@ -88,9 +88,9 @@
 
   // The math of an op's docstring (its `y = …` and `dx = …` paragraphs), under a small title.
   function math(doc, title) {
-    const paras = (doc || "").split(/\n\s*\n/).filter((p) => /^\s*(y|d\w*)\s*=/.test(p));
+    const paras = G().paragraphs(doc).filter((p) => p.math);
     return paras.length ? el("div", { class: "step-math" }, title ? el("div", { class: "note" }, title) : null,
-                             paras.map((p) => el("pre", { class: "math" }, p))) : null;
+                             paras.map((p) => el("pre", { class: "math" }, p.text))) : null;
   }
 
   const words = (text) => el("p", { class: "words" }, text);
@@ -175,5 +175,5 @@
     return stepTo(state.level === "module" ? op.module : op.number);
   }
 
-  TX.walk = { wire, loaded, resume, mark, stepTo, stepToNode, setLevel, level: () => state.level };
+  TX.walk = { wire, loaded, resume, mark, stepTo, stepToNode, setLevel };
 })();
