@@ -23,8 +23,9 @@ step's routes. The rest sits around the loop, as Chainer's backward pre- and pos
 hooks sit around its backprop step (`Walk.around`): before a step, tensor hooks and
 `retain_grad`, `tx.grad`'s captures, the observers' clock; after it, the observers, the
 node's release, a leaf's early delivery. A walk installs only what it needs, so a plain
-`loss.backward()` runs the loop bare. The leaves' end (their hooks, `.grad`, `tx.grad`'s
-answers, the callbacks DataParallel queues with `queue_callback`) is `LeafSink`, in leaf_sink.py.
+`loss.backward()` runs the loop with the release alone. The leaves' end (their hooks,
+`.grad`, `tx.grad`'s answers, the callbacks DataParallel queues with `queue_callback`) is
+`LeafSink`, in leaf_sink.py.
 
 Eager backward, `tx.jit` (which keeps the plan of its record and writes it out as Python),
 `trace_backward` and the explorer all use this one plan; no rule of the walk is written
