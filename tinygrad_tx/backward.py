@@ -23,8 +23,9 @@ step's routes. The rest sits around the loop, as Chainer's backward pre- and pos
 hooks sit around its backprop step (`Walk.around`): before a step, tensor hooks and
 `retain_grad`, `tx.grad`'s captures, the observers' clock; after it, the observers, the
 node's release, a leaf's early delivery. A walk installs only what it needs, so a plain
-`loss.backward()` runs the loop bare. The leaves' end (their hooks, `.grad`, `tx.grad`'s
-answers, the callbacks DataParallel queues with `queue_callback`) is `LeafSink`, in leaf_sink.py.
+`loss.backward()` runs the loop with the release alone. The leaves' end (their hooks,
+`.grad`, `tx.grad`'s answers, the callbacks DataParallel queues with `queue_callback`) is
+`LeafSink`, in leaf_sink.py.
 
 Eager backward, `tx.jit` (which keeps the plan of its record and writes it out as Python),
 `trace_backward` and the explorer all use this one plan; no rule of the walk is written
@@ -234,11 +235,17 @@ def sum_to(g: Any, shape: tuple) -> Any:
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
     if not axes:
         return g
-    if hasattr(g, "grad_fn") or g.dtype != np.float16:  # a Tensor (create_graph): its Sum widens float16 itself
+    if hasattr(g, "grad_fn"):  # a Tensor (create_graph): its Sum widens float16 itself
         return g.sum(axis=axes, keepdims=True).reshape(shape)
-    # float16 added in float32 and rounded once, as PyTorch does: NumPy adds float16 along a
-    # strided axis in float16, where 10,000 ones make 2048
-    return g.sum(axis=axes, keepdims=True, dtype=np.float32).astype(np.float16).reshape(shape)
+    return widened_sum(g, axes, keepdims=True).reshape(shape)
+
+
+def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
+    """`array.sum(axis, keepdims)`, with float16 added in float32 and rounded once, as PyTorch
+    adds it: NumPy adds float16 along a strided axis in float16, where 10,000 ones make 2048."""
+    if array.dtype != np.float16:
+        return array.sum(axis=axis, keepdims=keepdims)
+    return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
 
 
 def _tensor_backward(fn: Function, g: Any, tensor_math: Any) -> tuple:

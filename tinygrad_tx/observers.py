@@ -64,8 +64,8 @@ class Observer:
         node is kept for backward."""
 
     def backward_begin(self, root: Any, grad: Any, plan: Any, create_graph: bool, targets: Any) -> None:
-        """Before a walk from `root` (gradient `grad`) runs `plan` (a `BackwardPlan`); `targets`:
-        `tx.grad`'s tensors, else None."""
+        """Before a walk from `root` (gradient `grad`) runs `plan` (the engine's `Plan`, backward.py;
+        `BackwardPlan.of(plan)` reads it step by step); `targets`: `tx.grad`'s tensors, else None."""
 
     def backward(self, fn: Any, grad: Any, grads: list, seconds: float) -> None:
         """After a step of the plan ran `fn.backward(grad, ...)` in `seconds`; `grads`: what it

@@ -6,11 +6,9 @@ sum, done by the engine's `sum_to`).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
-import numpy as np
-
-from ..backward import sum_to
+from ..backward import sum_to, widened_sum
 from ..function import Function
 
 
@@ -26,14 +24,6 @@ class Sum(Function):
 
     def backward(self, g, x):
         return (self.xp.broadcast_to(g.reshape(kept_shape(x.shape, self.axis)), x.shape),)
-
-
-def widened_sum(array: Any, axis: tuple, keepdims: bool) -> Any:
-    """`array.sum(axis, keepdims)`, with float16 added in float32 and rounded once, as PyTorch
-    adds it: NumPy adds float16 along a strided axis in float16, where 10,000 ones make 2048."""
-    if array.dtype != np.float16:
-        return array.sum(axis=axis, keepdims=keepdims)
-    return array.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(np.float16)
 
 
 class Max(Function):
