@@ -208,8 +208,8 @@ def corpus_defaults(n_pairs: int) -> dict:
     batches, rates, warm-ups, decays and dropouts, more or fewer pieces, a shared vocabulary,
     subword sampling, label smoothing 0.05 and 0.2, checkpoint averaging, R-Drop, word dropout,
     pre-LN, a linear decay; a third decoder layer gains at a fixed number of steps and loses
-    more than that in ten minutes, its steps 20 to 30% dearer): docs/translate.md, "Your own
-    corpus", has the tables and runs. The idle cores train an ensemble, a model each, where each
+    more than that in ten minutes, its steps 20 to 30% dearer): docs/results/translate-experiments.md
+    has the tables and runs. The idle cores train an ensemble, a model each, where each
     model would make ENSEMBLE_EPOCHS or more in the budget, and one model data-parallel where
     fewer (launch.py).
     """
