@@ -17,7 +17,7 @@ import numpy as np
 from tinygrad_tx import Tensor, optim
 
 from .diagnosis import close, diagnose
-from .op_check import Problem
+from .op_check import Problem, check_each
 from .report import Report, raised, wrong_value
 
 SHAPES = ((3, 4), (4,))  # a weight matrix and a bias
@@ -46,13 +46,7 @@ def check_adam(adam: type, report: Report, learner_file: Path | None) -> None:
     if not (isinstance(adam, type) and issubclass(adam, optim.Adam)):
         report.fail("Adam", "Adam must be a subclass of tinygrad_tx.optim.Adam that overrides _update")
         return
-    for run in RUNS:
-        try:
-            _check_run(adam, run, learner_file)
-        except Problem as p:
-            report.fail(run.what, *p.lines)
-            return
-        report.ok(run.what)
+    check_each(RUNS, lambda run: _check_run(adam, run, learner_file), report)
 
 
 def _params(rng: np.random.Generator) -> list[Tensor]:

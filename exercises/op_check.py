@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -87,6 +87,18 @@ class Problem(Exception):
     def __init__(self, *lines: str):
         super().__init__(*lines)
         self.lines = lines
+
+
+def check_each(cases: Sequence, check: Callable[[Any], None], report: Report) -> None:
+    """`check(case)` on each case, a line a case (its `what`) in `report`; the first that raises a
+    Problem ends it (the next ones often fail for the same reason)."""
+    for case in cases:
+        try:
+            check(case)
+        except Problem as p:
+            report.fail(case.what, *p.lines)
+            return
+        report.ok(case.what)
 
 
 def check_op(spec: OpSpec, op: type, report: Report, learner_file: Path | None) -> None:
