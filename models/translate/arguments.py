@@ -14,7 +14,7 @@ from typing import Callable
 
 from .evaluation import BEAM, BEAMS, LENGTH_PENALTIES, LENGTH_PENALTY, MAX_BEAM, MAX_LENGTH_PENALTY
 from .inputs import MEMBER_COUNTS, Parser, threads_rule, whole
-from .settings import TrainSettings, add_arguments
+from .settings import TrainSettings, add_arguments, flag
 from ..text.tokenization import KINDS
 
 RULES = {f.name: f.metadata["rule"] for f in fields(TrainSettings)}
@@ -110,8 +110,7 @@ def parser(runs: dict[str, Callable[[argparse.Namespace], None]]) -> argparse.Ar
                                 ("tgt_col", 2, "the column holding the target (default 2)"),
                                 ("vocab_size", None, "subword pieces per side (default: what train would pick "
                                                      "for the file)")):
-        corpus.add_argument("--" + name.replace("_", "-"), type=RULES[name].flag, default=default, metavar="N",
-                            help=help)
+        corpus.add_argument(flag(name), type=RULES[name].flag, default=default, metavar="N", help=help)
     corpus.add_argument("--tokenizer", choices=KINDS, default=TrainSettings.tokenizer,
                         help=f"the tokens to count and preview (default {TrainSettings.tokenizer}, as train's)")
 
