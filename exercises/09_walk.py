@@ -30,7 +30,7 @@
 #     python -m exercises check 09
 
 # %%
-from tinygrad_tx import Tensor
+from tinygrad_tx import Tensor  # for your backward: a leaf's .grad is a Tensor, Tensor(g)
 
 
 def sum_to(g, shape):

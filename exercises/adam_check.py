@@ -17,8 +17,8 @@ import numpy as np
 from tinygrad_tx import Tensor, optim
 
 from .diagnosis import close, diagnose
-from .op_check import Problem
-from .report import Report, raised, wrong_value
+from .op_check import Problem, call_learner, check_each
+from .report import Report, wrong_value
 
 SHAPES = ((3, 4), (4,))  # a weight matrix and a bias
 
@@ -46,13 +46,7 @@ def check_adam(adam: type, report: Report, learner_file: Path | None) -> None:
     if not (isinstance(adam, type) and issubclass(adam, optim.Adam)):
         report.fail("Adam", "Adam must be a subclass of tinygrad_tx.optim.Adam that overrides _update")
         return
-    for run in RUNS:
-        try:
-            _check_run(adam, run, learner_file)
-        except Problem as p:
-            report.fail(run.what, *p.lines)
-            return
-        report.ok(run.what)
+    check_each(RUNS, lambda run: _check_run(adam, run, learner_file), report)
 
 
 def _params(rng: np.random.Generator) -> list[Tensor]:
@@ -65,10 +59,7 @@ def _optimizer(cls: type, params: list, run: Run) -> optim.Adam:
 
 def _check_run(adam: type, run: Run, learner_file: Path | None) -> None:
     mine, theirs = _params(np.random.default_rng(0)), _params(np.random.default_rng(0))
-    try:
-        learner = _optimizer(adam, mine, run)
-    except Exception as e:  # noqa: BLE001
-        raise Problem(*raised(e, learner_file, "Adam(...)")) from e
+    learner = call_learner(lambda: _optimizer(adam, mine, run), learner_file, "Adam(...)")
     engine = _optimizer(optim.Adam, theirs, run)
     rng = np.random.default_rng(1)
     for step in range(1, run.steps + 1):
@@ -76,10 +67,7 @@ def _check_run(adam: type, run: Run, learner_file: Path | None) -> None:
         before = [p.numpy() for p in mine]
         for p, q, g in zip(mine, theirs, grads):
             p.grad, q.grad = Tensor(g.copy()), Tensor(g.copy())
-        try:
-            learner.step()
-        except Exception as e:  # noqa: BLE001
-            raise Problem(*raised(e, learner_file, "_update")) from e
+        call_learner(learner.step, learner_file, "_update")
         engine.step()
         for i, (p, g) in enumerate(zip(mine, grads)):
             if not np.array_equal(p.grad.numpy(), g):

@@ -19,7 +19,7 @@ from tinygrad_tx import optim
 from . import op_cases as cases
 from .adam_check import check_adam
 from .op_check import OpSpec, check_op
-from .report import Report, where
+from .report import Report
 from .walk_check import check_walk
 
 FOLDER = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -89,6 +89,18 @@ class Problem(Exception):
         self.lines = lines
 
 
+def check_each(cases: Sequence, check: Callable[[Any], None], report: Report) -> None:
+    """`check(case)` on each case, a line a case (its `what`) in `report`; the first that raises a
+    Problem ends it (the next ones often fail for the same reason)."""
+    for case in cases:
+        try:
+            check(case)
+        except Problem as p:
+            report.fail(case.what, *p.lines)
+            return
+        report.ok(case.what)
+
+
 def check_op(spec: OpSpec, op: type, report: Report, learner_file: Path | None) -> None:
     """Run every case of `spec` on the learner's class `op`, adding a line a case to `report`;
     the first failing case ends it (the next ones often fail for the same reason)."""
@@ -119,7 +131,7 @@ def _check_case(spec: OpSpec, op: type, case: Case, names: list, learner_file: P
     arrays = case.arrays(rng)
     leaves = _leaves(arrays, case)
     uses = case.uses or tuple(range(len(leaves)))
-    out = _run(lambda: op.apply(*_args(leaves, case), **case.params), learner_file, "forward")
+    out = call_learner(lambda: op.apply(*_args(leaves, case), **case.params), learner_file, "forward")
     reference = spec.engine_apply()(*_args(_leaves(arrays, case), case), **case.params)
     if out.shape != reference.shape or not np.allclose(out.numpy(), reference.numpy(), atol=1e-12, rtol=1e-9,
                                                        equal_nan=True):
@@ -128,7 +140,7 @@ def _check_case(spec: OpSpec, op: type, case: Case, names: list, learner_file: P
     g = rng.standard_normal(out.shape)
     node = out.grad_fn
     inputs_before, g_before = [a.copy() for a in node.arrays], g.copy()
-    grads = _run(lambda: node.backward(g, *node.arrays), learner_file, "backward")
+    grads = call_learner(lambda: node.backward(g, *node.arrays), learner_file, "backward")
     if not isinstance(grads, (tuple, list)) or len(grads) != len(node.arrays):
         count = len(grads) if isinstance(grads, (tuple, list)) else f"a {type(grads).__name__}"
         raise Problem(f"backward returned {count} for {len(node.arrays)} inputs: return a tuple, one gradient per "
@@ -151,15 +163,15 @@ def _check_case(spec: OpSpec, op: type, case: Case, names: list, learner_file: P
         d = diagnose(got[j], want, out.shape, [(hint, by_input[k]) for hint, by_input in slips if k in by_input])
         if d is not None:
             raise Problem(*wrong_value(f"input {_name(names, k)}", want.shape, d))
-    through = _run(lambda: tx.grad(op.apply(*_args(leaves, case), **case.params), [leaves[j] for j in expected],
-                                   grad_output=Tensor(g)), learner_file, "backward, through the engine's walk")
+    through = call_learner(lambda: tx.grad(op.apply(*_args(leaves, case), **case.params), [leaves[j] for j in expected],
+                                           grad_output=Tensor(g)), learner_file, "backward, through the engine's walk")
     for (j, want), t in zip(expected.items(), through):
         if t is None or not close(t.numpy(), want):
             raise Problem(f"through the engine's walk, input {_name(names, uses.index(j))} gets another gradient "
                           "than backward returned: does backward depend on something besides g and its inputs?")
 
 
-def _run(step: Callable, learner_file: Path | None, what: str) -> Any:
+def call_learner(step: Callable, learner_file: Path | None, what: str) -> Any:
     """`step()`, with an exception from the learner's code turned into a Problem that says where."""
     try:
         return step()
@@ -235,7 +247,7 @@ def _check_float32(spec: OpSpec, op: type, case: Case, names: list, learner_file
     arrays = case.arrays(np.random.default_rng(0))
     leaves, wide = _leaves(arrays, case, np.float32), _leaves(arrays, case)
     wanted = [j for j, t in enumerate(leaves) if t.requires_grad]
-    out = _run(lambda: op.apply(*_args(leaves, case), **case.params), learner_file, "forward in float32")
+    out = call_learner(lambda: op.apply(*_args(leaves, case), **case.params), learner_file, "forward in float32")
     g = np.random.default_rng(1).standard_normal(out.shape)
     try:
         grads = tx.grad(out, [leaves[j] for j in wanted], grad_output=Tensor(g.astype(np.float32)))

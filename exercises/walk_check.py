@@ -19,7 +19,7 @@ import tinygrad_tx as tx
 from tinygrad_tx import Tensor
 
 from .diagnosis import diagnose
-from .op_check import Problem
+from .op_check import Problem, check_each
 from .report import Report, raised, wrong_value
 
 
@@ -67,13 +67,7 @@ GRAPHS = (
 
 def check_walk(backward: Callable, report: Report, learner_file: Path | None) -> None:
     """Run the learner's `backward(root, grad)` on every graph, a line a graph in `report`."""
-    for graph in GRAPHS:
-        try:
-            _check_graph(backward, graph, learner_file)
-        except Problem as p:
-            report.fail(graph.what, *p.lines)
-            return
-        report.ok(graph.what)
+    check_each(GRAPHS, lambda graph: _check_graph(backward, graph, learner_file), report)
 
 
 def _leaves(graph: Graph, rng: np.random.Generator) -> list[Tensor]:

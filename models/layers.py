@@ -17,7 +17,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact: x·Φ(x), Φ by erf
     # PyTorch's GELU(approximate="tanh"), GPT-2's: on a NumPy CPU, which has no erf, far cheaper than
-    # the exact one, for the same scores (docs/translate.md, "Your own corpus")
+    # the exact one, for the same scores (docs/results/translate-experiments.md, "The defaults, and why each")
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
 

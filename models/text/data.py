@@ -136,7 +136,8 @@ class Batcher:
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.chunk_size = chunk_batches * batch_size
         self.length_multiple = length_multiple
-        self.sort_first = "source"  # whose length orders a chunk first: "source" or "target" (docs/translate.md)
+        # whose length orders a chunk first: "source" or "target" (docs/results/translate-experiments.md)
+        self.sort_first = "source"
 
     def __len__(self) -> int:
         """Batches per epoch (only the very last batch may be smaller)."""

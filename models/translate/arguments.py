@@ -14,7 +14,7 @@ from typing import Callable
 
 from .evaluation import BEAM, BEAMS, LENGTH_PENALTIES, LENGTH_PENALTY, MAX_BEAM, MAX_LENGTH_PENALTY
 from .inputs import MEMBER_COUNTS, Parser, threads_rule, whole
-from .settings import TrainSettings, add_arguments
+from .settings import TrainSettings, add_arguments, flag
 from ..text.tokenization import KINDS
 
 RULES = {f.name: f.metadata["rule"] for f in fields(TrainSettings)}
@@ -84,7 +84,8 @@ def parser(runs: dict[str, Callable[[argparse.Namespace], None]]) -> argparse.Ar
 
     evaluate = command("evaluate", "score a trained model on its held-out test pairs")
     scored = add_run_dir(evaluate)
-    scored.add_argument("--data", metavar="FILE", help="score these source<TAB>target pairs instead of the held-out test split")
+    scored.add_argument("--data", metavar="FILE",
+                        help="score these source<TAB>target pairs instead of the held-out test split")
     add_decoding_arguments(evaluate)
     shown = evaluate.add_argument_group("output")
     shown.add_argument("--json", action="store_true", help="print one JSON object")
@@ -105,11 +106,11 @@ def parser(runs: dict[str, Callable[[argparse.Namespace], None]]) -> argparse.Ar
 
     corpus = command("corpus", "describe a source<TAB>target corpus before training on it")
     corpus.add_argument("file", metavar="FILE", help="source<TAB>target[<TAB>ignored...] lines, as train --data reads")
-    for name, help in (("src_col", "the column (1-based) holding the source (default 1)"),
-                       ("tgt_col", "the column holding the target (default 2)"),
-                       ("vocab_size", "subword pieces per side (default: what train would pick for the file)")):
-        corpus.add_argument("--" + name.replace("_", "-"), type=RULES[name].flag, default=None, metavar="N",
-                            help=help)
+    for name, default, help in (("src_col", 1, "the column (1-based) holding the source (default 1)"),
+                                ("tgt_col", 2, "the column holding the target (default 2)"),
+                                ("vocab_size", None, "subword pieces per side (default: what train would pick "
+                                                     "for the file)")):
+        corpus.add_argument(flag(name), type=RULES[name].flag, default=default, metavar="N", help=help)
     corpus.add_argument("--tokenizer", choices=KINDS, default=TrainSettings.tokenizer,
                         help=f"the tokens to count and preview (default {TrainSettings.tokenizer}, as train's)")
 

@@ -67,7 +67,8 @@ had one step in 25 at 5 to 7.5 times the median. A stop of seconds is 50 to 1,00
 DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?")
 """Hours, minutes, seconds, in that order, each at most once: "1h30m", "2m 30s", "1.5h"."""
 MOST_S = 30 * 24 * 3600
-"""The longest --time: 30 days (a finite bound, so that every sum and step count planned from it is too)."""
+"""The longest --time: 30 days. More is not a budget but a typo, and a finite bound keeps every sum and
+step count planned from it finite too (10^400 seconds overflowed the plan)."""
 
 
 def parse_duration(text: str) -> float:

@@ -380,7 +380,7 @@ def run_explore(args: argparse.Namespace) -> None:
 
 
 def run_corpus(args: argparse.Namespace) -> None:
-    corpus = read_corpus(args.file, args.src_col or 1, args.tgt_col or 2, allow_empty=True)
+    corpus = read_corpus(args.file, args.src_col, args.tgt_col, allow_empty=True)
     vocab_size = args.vocab_size if args.vocab_size is not None else corpus_defaults(len(corpus.pairs))["vocab_size"]
     print("\n".join(describe(corpus, args.tokenizer, vocab_size)))
 

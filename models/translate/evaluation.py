@@ -27,17 +27,18 @@ from ..transformer import Transformer
 BEAM = 6
 """The beam `evaluate`, `translate` and train's final report use unless --beam (or the run's choice,
 tuning.py) says otherwise: NMT toolkits default to beam search, 4 to 6 wide; on Tatoeba English-French
-greedy search (--beam 1) scored about 3 BLEU lower (docs/translate.md: "Your own corpus"), and beam 6
-as much as beam 4 or up to 0.4 more on the validation splits of seven ten-minute runs (five of the
-18k-pair list, one each of 38k and 76k pairs), where beam 8 added nothing at 1.3x the cost.
+greedy search (--beam 1) scored about 3 BLEU lower (docs/results/translate-experiments.md: "What ten
+minutes buy"), and beam 6 as much as beam 4 or up to 0.4 more on the validation splits of seven
+ten-minute runs (five of the 18k-pair list, one each of 38k and 76k pairs), where beam 8 added
+nothing at 1.3x the cost.
 Validation during training stays greedy, for speed."""
 
 LENGTH_PENALTY = 1.0
 """GNMT's length penalty α (`decoding.gnmt_penalty`) of beam search, unless a run chose another: on
 the validation splits of eight ten-minute runs of the 18k-pair Tatoeba list, beam 6 scored 0.33 BLEU
 higher on average at α 1 than at 0.6 (six of eight higher), and 0.05 on four runs of the 38k and 76k
-lists; on the eight runs' test splits, after the choice, 0.07 (docs/translate.md: "The length
-penalty, and the order of a batch")."""
+lists; on the eight runs' test splits, after the choice, 0.07 (docs/results/translate-experiments.md:
+"The length penalty, and the order of a batch")."""
 
 MAX_BEAM = 16
 BEAMS = whole(1, MAX_BEAM)

@@ -21,10 +21,21 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Iterator
+from typing import Callable, Iterator
 
 STOPS = (signal.SIGINT, signal.SIGTERM)
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
+
+
+@contextlib.contextmanager
+def handled(handler: Callable) -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM call `handler(number, frame)`; outside, they do what they did before."""
+    previous = {number: signal.signal(number, handler) for number in STOPS}
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            signal.signal(number, before)
 
 
 @contextlib.contextmanager
@@ -32,25 +43,15 @@ def stop_requests() -> Iterator[list]:
     """Inside, SIGINT and SIGTERM only note that a stop was asked for, in the list this yields
     (the training loop looks at it before each step); outside, they do what they did before."""
     asked: list[int] = []
-    previous = {number: signal.signal(number, lambda number, frame: asked.append(number)) for number in STOPS}
-    try:
+    with handled(lambda number, frame: asked.append(number)):
         yield asked
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
-@contextlib.contextmanager
-def stops_interrupt() -> Iterator[None]:
+def stops_interrupt() -> contextlib.AbstractContextManager:
     """Inside, SIGINT and SIGTERM raise KeyboardInterrupt, as Ctrl-C does, whatever this process
     was started with: a shell starts a background job (`train ... &` in a script) with SIGINT
     ignored, and training answers it anyway (`stop_requests`), so the steps after training do too."""
-    previous = {number: signal.signal(number, signal.default_int_handler) for number in STOPS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    return handled(signal.default_int_handler)
 
 
 def owned(command: list[str], env: dict) -> subprocess.Popen:
@@ -69,12 +70,6 @@ def owned(command: list[str], env: dict) -> subprocess.Popen:
                             preexec_fn=end_with_parent)
 
 
-@contextlib.contextmanager
-def stops_passed_on(job: subprocess.Popen) -> Iterator[None]:
+def stops_passed_on(job: subprocess.Popen) -> contextlib.AbstractContextManager:
     """Inside, SIGINT and SIGTERM to this process each send `job` one SIGINT."""
-    previous = {number: signal.signal(number, lambda *_: job.send_signal(signal.SIGINT)) for number in STOPS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    return handled(lambda number, frame: job.send_signal(signal.SIGINT))

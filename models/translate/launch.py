@@ -10,8 +10,8 @@ free cores would only take turns, and slow both the run and whatever else is run
 
 What the processes do depends on how often a model would see the corpus (`cli.choose_processes`).
 Where each would make many epochs, each trains a model of its own, and the run translates with
-their ensemble (`--members`): on the 18k-pair Tatoeba list (docs/translate.md, "Your own
-corpus") two data-parallel processes made 10,300 target tokens a second together, where one
+their ensemble (`--members`): on the 18k-pair Tatoeba list (docs/results/translate-experiments.md,
+"What ten minutes buy") two data-parallel processes made 10,300 target tokens a second together, where one
 process alone makes 8,000, so a second model gets more out of the second core than a faster
 first one (the first learns its pairs by heart before its ten minutes end), and two models'
 ensemble scored 1 to 2 BLEU above one model on two such lists. Where a model would see the
@@ -106,7 +106,8 @@ ENSEMBLE_EPOCHS = 10
 default. `train --data` as written on three Tatoeba lists, two models against one model on both
 cores of the 2-core AMD machine (test BLEU): 18k pairs, 18 epochs a model of the ensemble, 47.5-48.6
 against 46.1-46.7 (one model, measured on the Intel machine); 38k pairs, 5 epochs, 37.1 against
-39.6; 76k pairs, 3 epochs, 41.7 against 47.0 (docs/translate.md)."""
+39.6; 76k pairs, 3 epochs, 41.7 against 47.0 (docs/results/translate-experiments.md, "The beam's
+candidates, and a larger list")."""
 STEPS_A_SECOND = 5
 """What a --time run guesses a model of an ensemble makes, to count its epochs before it has timed a
 step: the corpus defaults' 128-wide model made 5.3 steps a second of 96 pairs on the AMD machine

@@ -21,7 +21,8 @@ def adam(params: list[tx.Tensor], s: TrainSettings) -> optim.Adam:
     here); AdamW with a weight decay (a run trained before --weight-decay resumes with the Adam it
     saved). The decay shrinks the matrices and embeddings, not the biases and LayerNorm's gains and
     shifts (as is usual: a gain shrunk toward 0 scales its whole layer down); on Tatoeba that was
-    worth about 0.5 BLEU to one model (docs/translate.md)."""
+    worth about 0.5 BLEU to one model (docs/results/translate-experiments.md, "What the decay leaves alone,
+    and where the learning rate ends")."""
     options = dict(lr=s.lr, betas=(0.9, 0.98), eps=1e-9)
     if not s.weight_decay:
         return optim.Adam(params, **options)

@@ -60,8 +60,8 @@ LOCK = "train.lock"
 SNAPSHOTS = "snapshots"  # train --snapshots: the weights of each validation, step_N.npz
 MEMBERS = "members"  # train --members N: the checkpoints of the ensemble's models after the first
 RUN_FILES = frozenset({"run.json", "vocab.json", "valid.tsv", "test.tsv", "last.npz", "best.npz",
-                       "metrics.jsonl", "layer_stats.jsonl", "curves.png", "src.model", "tgt.model", "shared.model", LOCK, SNAPSHOTS,
-                       MEMBERS})
+                       "metrics.jsonl", "layer_stats.jsonl", "curves.png", "src.model", "tgt.model", "shared.model",
+                       LOCK, SNAPSHOTS, MEMBERS})
 
 
 def member_directory(directory: Path, number: int) -> Path:

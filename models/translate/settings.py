@@ -18,7 +18,7 @@ from typing import Any
 
 from ..attention import check_heads
 from ..layers import ACTIVATIONS
-from .budget import parse_duration
+from .budget import MOST_S, parse_duration
 from .corpus import read_corpus
 from .inputs import MEMBER_COUNTS, SWITCH, TEXT, Rule, maybe, number, one_of, shown, whole
 from .launch import ENSEMBLE_EPOCHS, MAX_MEMBERS
@@ -30,19 +30,18 @@ from ..text.tokenization import KINDS, SUBWORDS
 SCHEDULES = ("cosine", "linear")
 DEVICES = ("cpu", "cuda")
 PROBABILITY = number(0, 1, below=True)
-MAX_TIME = 720 * 3600
-"""The longest --time: a month. More is not a budget but a typo (10^400 seconds overflowed the plan)."""
 
 
 def is_duration(value: Any) -> bool:
-    """A --time text that `parse_duration` reads, up to MAX_TIME."""
+    """A --time text that `parse_duration` reads (it also bounds the duration, by MOST_S)."""
     try:
-        return isinstance(value, str) and parse_duration(value) <= MAX_TIME
+        parse_duration(value)
     except ValueError:
         return False
+    return True
 
 
-DURATION = Rule(is_duration, "a duration such as 90s, 10m or 1h30m, at most 720h")
+DURATION = Rule(is_duration, f"a duration such as 90s, 10m or 1h30m, at most {MOST_S // 3600}h")
 
 
 def option(default: Any, help: str, rule: Rule, group: str, *, fixed: bool = False, corpus: bool = False,
@@ -208,8 +207,8 @@ def corpus_defaults(n_pairs: int) -> dict:
     batches, rates, warm-ups, decays and dropouts, more or fewer pieces, a shared vocabulary,
     subword sampling, label smoothing 0.05 and 0.2, checkpoint averaging, R-Drop, word dropout,
     pre-LN, a linear decay; a third decoder layer gains at a fixed number of steps and loses
-    more than that in ten minutes, its steps 20 to 30% dearer): docs/translate.md, "Your own
-    corpus", has the tables and runs. The idle cores train an ensemble, a model each, where each
+    more than that in ten minutes, its steps 20 to 30% dearer): docs/results/translate-experiments.md
+    has the tables and runs. The idle cores train an ensemble, a model each, where each
     model would make ENSEMBLE_EPOCHS or more in the budget, and one model data-parallel where
     fewer (launch.py).
     """

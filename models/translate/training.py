@@ -225,11 +225,12 @@ class Trainer:
             self.average.add(self.step, self.model)
             mean = None  # at the last step: the mean weights, if they beat every validation's
             if self.step == self.s.steps and len(self.average.taken) > 1:
-                with weights(self.model, self.average.mean()):
+                averaged = self.average.mean()
+                with weights(self.model, averaged):
                     score = self._score(progress, f"mean of the weights at steps {self.average.taken}",
                                         averaged=len(self.average.taken))
                 if score > self.best:
-                    self.best, mean = score, self.average.mean()
+                    self.best, mean = score, averaged
             # last.npz before best.npz: a write that fails between the two (a full disk) leaves what
             # --resume continues from, and best.npz's own score tells it to validate this step again
             self.save("last.npz")

@@ -14,7 +14,7 @@ far only if it scores higher by more than chance would, by paired bootstrap resa
 2004; sacrebleu's test for BLEU, the same test on exact matches), p < SIGNIFICANCE. Choosing the
 best score alone picked beam 2 in three of four ten-minute runs of the Tatoeba list, ahead of
 beam 6 by 0.2-0.6 BLEU on validation (p 0.09-0.28), and lost 0.8-1.4 BLEU to beam 6 on their test
-splits (docs/translate.md: "The decoding's choice, and chance"). A perfect score ends the
+splits (docs/results/translate-experiments.md: "The decoding's choice, and chance"). A perfect score ends the
 search. Each try's seconds are kept with its score, so the choice can be bounded by a deadline
 (a `train --time` run), and the curve of score against width is in run.json.
 """
