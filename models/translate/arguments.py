@@ -123,8 +123,8 @@ def parser(runs: dict[str, Callable[[argparse.Namespace], None]]) -> argparse.Ar
     serving.add_argument("--open", action="store_true", help="open the page in the default browser")
     explore.add_argument_group("output").add_argument(
         "--html", metavar="FILE", default=None,
-        help="write the page as one self-contained file instead of serving it (the step, its walk and one "
-             "translation; it opens from disk with no server)")
+        help="write the page as one self-contained file instead of serving it (the step, its walk, the "
+             "optimizer's update, the layers over training and one translation; it opens from disk with no server)")
     add_machine(explore)
     return p
 
